@@ -1,0 +1,32 @@
+"""Shared test set-up: quiet TensorFlow, a per-session data cache, tiny configs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import trainer
+
+trainer.import_tensorflow_quietly()
+
+# Small enough for a few seconds of CPU per run, big enough to hold two length buckets.
+TINY = ["model.num_layers=1", "model.dim=32", "model.num_heads=2", "model.ffn_dim=64",
+        "data.vocab_size=512", "data.max_len=32", "data.buckets=[16,32]",
+        "data.tokens_per_batch=256", "data.eval_batches=2", "train.steps=6",
+        "train.warmup_steps=2", "train.eval_every=3", "train.log_every=1",
+        "train.checkpoint_every=3"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def data_cache(tmp_path_factory):
+    """One dataset/tokenizer cache for the session (the user's ~/.cache stays untouched)."""
+    path = tmp_path_factory.mktemp("normlab-cache")
+    os.environ["NORMLAB_CACHE"] = str(path)
+    return path
+
+
+@pytest.fixture
+def tiny():
+    """Overrides for a tiny model on the embedded corpus (a copy: tests may extend it)."""
+    return list(TINY)

@@ -1,0 +1,121 @@
+"""Config: strict schema, YAML diffs, dotted overrides, one-line errors, CLI exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer.config import NORM_NAMES, ConfigError, load_config, to_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("override,key,hint", [
+    ("model.nrom=batch", "model.nrom", "norm"),
+    ("train.stpes=5", "train.stpes", "steps"),
+    ("modle.norm=layer", "modle", "model"),
+    ("data.vocab=100", "data.vocab", "vocab_size"),
+])
+def test_unknown_key_names_key_and_closest(override, key, hint):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    msg = str(e.value)
+    assert "\n" not in msg and f"'{key}'" in msg and f"'{hint}'" in msg
+
+
+@pytest.mark.parametrize("override,key", [("train.steps=abc", "train.steps"),
+                                          ("model.dim=1.5", "model.dim"),
+                                          ("runtime.xla=maybe", "runtime.xla")])
+def test_wrong_type(override, key):
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        load_config(None, [override])
+
+
+def test_unknown_norm_lists_valid_names():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["model.norm=btach"])
+    assert all(name in str(e.value) for name in NORM_NAMES) and "'batch'" in str(e.value)
+
+
+@pytest.mark.parametrize("overrides,fragment", [
+    (["model.residual=rezero", "model.placement=post"], "rezero"),
+    (["model.dim=100", "model.num_heads=3"], "divisible"),
+    (["data.buckets=[32,16]", "data.max_len=32"], "increasing"),
+    (["data.buckets=[16,32]"], "max_len"),
+    (["data.source=files"], "data.files"),
+    (["data.source=hub"], "data.name"),
+    (["train.warmup_steps=500", "train.steps=100"], "warmup"),
+    (["data.vocab_size=10"], "vocab_size"),
+    (["model.placement=middle"], "placement"),
+    (["model.residual=maybe"], "residual"),
+    (["train.steps"], "key.path=value"),
+])
+def test_impossible_values_rejected(overrides, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        load_config(None, overrides)
+
+
+@pytest.mark.parametrize("value,expected", [("true", "true"), ("false", "false"),
+                                            ("True", "true"), ("rezero", "rezero")])
+def test_residual_accepts_yaml_booleans(value, expected):
+    assert load_config(None, [f"model.residual={value}"]).model.residual == expected
+
+
+def test_yaml_diff_base_chain_and_override_order(tmp_path):
+    (tmp_path / "a.yaml").write_text("model:\n  norm: batch\n  dim: 64\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\nmodel:\n  dim: 96\n  num_heads: 3\n")
+    cfg = load_config(tmp_path / "b.yaml", ["model.num_layers=3"])
+    assert (cfg.model.norm, cfg.model.dim, cfg.model.num_heads, cfg.model.num_layers) == \
+        ("batch", 96, 3, 3)
+    # the resolved config round-trips through YAML to the same values
+    (tmp_path / "resolved.yaml").write_text(to_yaml(cfg))
+    assert load_config(tmp_path / "resolved.yaml") == cfg
+
+
+def test_yaml_errors_name_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  nrom: batch\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml.*'model\.nrom'.*'norm'"):
+        load_config(bad)
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_yaml_is_safe(tmp_path):
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("name: !!python/object/apply:os.system ['echo hacked']\n")
+    with pytest.raises(ConfigError):
+        load_config(evil)
+
+
+def test_every_shipped_config_loads():
+    for path in (ROOT / "configs").rglob("*.yaml"):
+        if "sweeps" not in path.parts:
+            load_config(path)
+
+
+def test_config_is_read_only():
+    cfg = load_config(None)
+    with pytest.raises(Exception):
+        cfg.model.norm = "batch"
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["train", "model.nrom=batch"], "did you mean 'norm'"),
+    (["train", "model.norm=foo"], "valid: layer"),
+    (["train", "--config", "configs/nope.yaml"], "not found"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
+    workdir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "trainer", *args, "--workdir", str(workdir)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], proc.stderr
+    assert not workdir.exists()  # nothing half-written that looks like a result

@@ -1,0 +1,92 @@
+"""End to end: a tiny config trains on the embedded corpus; curves read back with TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.util import tensor_util
+
+from trainer.config import load_config
+from trainer.train.loop import make_schedule, run_training
+
+
+def _tb_scalars(path):
+    """Scalars of one event dir, read with TensorBoard's EventAccumulator (not our reader)."""
+    acc = EventAccumulator(str(path), size_guidance={"tensors": 0})
+    acc.Reload()
+    return {tag: [(e.step, float(tensor_util.make_ndarray(e.tensor_proto)))
+                  for e in acc.Tensors(tag)] for tag in acc.Tags()["tensors"]}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from tests.conftest import TINY
+
+    cfg = load_config("configs/base.yaml", [*TINY, "model.num_layers=2"])
+    run_dir = tmp_path_factory.mktemp("runs") / "tiny"
+    summary = run_training(cfg, run_dir, argv=["test"], progress=False)
+    return cfg, run_dir, summary
+
+
+def test_run_directory_is_self_describing(tiny_run):
+    cfg, run_dir, summary = tiny_run
+    assert summary["status"] == "completed" and summary["steps"] == cfg.train.steps
+    assert json.loads((run_dir / "summary.json").read_text()) == json.loads(json.dumps(summary))
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["model"]["num_layers"] == 2 and saved["data"]["max_len"] == 32
+    assert load_config(run_dir / "config.yaml") == cfg  # the saved config reproduces the run
+    meta = json.loads((run_dir / "meta.json").read_text())
+    for key in ("git_sha", "git_dirty", "packages", "command", "seed", "dataset_fingerprint",
+                "tokenizer_hash", "host", "start_time"):
+        assert key in meta, key
+    assert meta["packages"]["tensorflow"].startswith("2.")
+    assert 0 < summary["pad_fraction"] < 0.5
+    assert summary["tokens_per_sec"] > 0
+    assert list((run_dir / "checkpoints").glob("ckpt-6.index"))
+
+
+def test_curves_readable_by_tensorboard(tiny_run):
+    cfg, run_dir, summary = tiny_run
+    train, ev = _tb_scalars(run_dir / "train"), _tb_scalars(run_dir / "eval")
+    for tag in ("loss", "learning_rate", "grad_norm/global", "pad_fraction", "tokens_per_sec",
+                "update_ratio/global", "nonfinite"):
+        assert tag in train, tag
+    steps = [s for s, _ in train["loss"]]
+    assert steps == list(range(cfg.train.steps))  # log_every=1: every step, once
+    assert all(math.isfinite(v) for _, v in train["loss"])
+    for tag in ("loss", "perplexity", "loss_train_mode"):
+        assert [s for s, _ in ev[tag]] == [0, 3, 6], tag
+    # perplexity is exp(loss); the first eval is near ln(vocab) for an untrained model
+    for (_, loss), (_, ppl) in zip(ev["loss"], ev["perplexity"]):
+        assert ppl == pytest.approx(math.exp(loss), rel=1e-5)
+    assert abs(ev["loss"][0][1] - math.log(512)) < 0.5
+    assert ev["loss"][-1][1] < ev["loss"][0][1]  # it learns something in 6 steps
+    assert summary["final_eval_loss"] == pytest.approx(ev["loss"][-1][1], rel=1e-6)
+    # the learning rate warms up linearly then decays
+    lr = [v for _, v in train["learning_rate"]]
+    assert lr[0] == 0.0 and max(lr) == pytest.approx(cfg.train.lr, rel=1e-5) and lr[-1] < max(lr)
+    for i in range(cfg.model.num_layers):
+        assert f"grad_norm/block_{i}" in train and f"activation/block_{i}/token_std" in train
+
+
+@pytest.mark.parametrize("decay,end", [("cosine", 0.001), ("constant", 0.01)])
+def test_schedule_without_warmup(decay, end):
+    cfg = load_config(None, ["train.warmup_steps=0", "train.steps=10", "train.lr=0.01",
+                             f"train.decay={decay}", "train.min_lr_ratio=0.1"])
+    sched = make_schedule(cfg.train)
+    assert float(sched(0)) == pytest.approx(0.01) and float(sched(10)) == pytest.approx(end)
+
+
+def test_same_seed_same_curves(tiny_run, tmp_path):
+    """Determinism on CPU: the same config and seed give identical curves and metrics."""
+    cfg, run_dir, summary = tiny_run
+    again = run_training(cfg, tmp_path / "again", argv=["test"], progress=False)
+    assert again["final_eval_loss"] == summary["final_eval_loss"]
+    a, b = _tb_scalars(run_dir / "train"), _tb_scalars(tmp_path / "again" / "train")
+    assert np.array_equal([v for _, v in a["loss"]], [v for _, v in b["loss"]])
+    assert np.array_equal([v for _, v in a["grad_norm/global"]], [v for _, v in b["grad_norm/global"]])

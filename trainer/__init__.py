@@ -1,0 +1,28 @@
+"""normlab: a normalization and residual ablation lab for Transformer language models."""
+
+import os
+
+# TensorFlow prints CUDA/XLA chatter on CPU machines; keep the console for the user.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+__version__ = "0.1.0"
+
+
+def import_tensorflow_quietly():
+    """Import TensorFlow with stderr muted: its CUDA probe on CPU machines logs through absl
+    before TF_CPP_MIN_LOG_LEVEL is read. Errors still surface (as the raised exception)."""
+    import sys
+
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        import tensorflow
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+    tensorflow.get_logger().setLevel("ERROR")  # bucket shapes retrace on purpose: no warnings
+    return tensorflow

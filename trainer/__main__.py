@@ -1,0 +1,73 @@
+"""Command line: ``python -m trainer {train,sweep,summarize} ...`` (kept thin on purpose)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from trainer import import_tensorflow_quietly
+from trainer.config import ConfigError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m trainer",
+                                description="Normalization and residual ablation lab.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train one variant into a run directory")
+    train.add_argument("--config", default="configs/base.yaml", help="experiment YAML")
+    train.add_argument("--workdir", help="run directory (default: runs/<config name>)")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.norm=batch")
+
+    sweep = sub.add_parser("sweep", help="run every variant of a sweep grid")
+    sweep.add_argument("--config", required=True, help="sweep spec YAML (configs/sweeps/*.yaml)")
+    sweep.add_argument("--out", help="results directory (default: results/<sweep name>)")
+    sweep.add_argument("--parallel", type=int, default=1, help="variants run at once")
+    sweep.add_argument("overrides", nargs="*", help="dotted overrides applied to every variant")
+
+    summ = sub.add_parser("summarize", help="tables from a results directory")
+    summ.add_argument("results_dir")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    import_tensorflow_quietly()
+    from trainer.data.sources import DataError
+    try:
+        if args.command == "train":
+            from trainer.config import load_config
+            from trainer.train.loop import run_training
+
+            cfg = load_config(args.config, args.overrides)
+            workdir = Path(args.workdir or Path("runs") / Path(args.config).stem)
+            summary = run_training(cfg, workdir, argv=sys.argv, progress=not args.quiet)
+            loss = summary.get("final_eval_loss")
+            print(f"{workdir}: {summary['status']} after {summary['steps']} steps"
+                  + (f", eval loss {loss:.4f}" if loss is not None else ""))
+        elif args.command == "sweep":
+            from trainer.sweep import run_sweep
+
+            root = run_sweep(args.config, args.out, args.parallel, args.overrides)
+            print((root / "summary.md").read_text())
+        elif args.command == "summarize":
+            from trainer.results.summarize import summarize
+
+            root = Path(args.results_dir)
+            if not root.is_dir():
+                raise ConfigError(f"results directory not found: {root}")
+            summarize(root)
+            print((root / "summary.md").read_text())
+    except (ConfigError, DataError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: rerun the same command to resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""Typed, strict experiment configuration.
+
+Layers, lowest first: the dataclass defaults below -> a YAML file (a small diff, may name a
+``base:`` file it extends) -> dotted CLI overrides (``model.norm=batch``). OmegaConf does the
+merging and type checking; this module turns its errors into one line that names the bad key and
+the closest valid one, and ``validate`` rejects combinations that mean nothing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+
+class ConfigError(ValueError):
+    """A bad config or override; the message is one line meant for the user."""
+
+
+# Kept here (not imported from trainer.models) so that validating a config never imports
+# TensorFlow; tests/test_models.py checks this tuple equals the registry's keys.
+NORM_NAMES = ("layer", "batch", "masked_batch", "sync_batch", "rms", "dyt", "none")
+PLACEMENTS = ("pre", "post")
+RESIDUALS = ("true", "false", "rezero")
+SOURCES = ("embedded", "hub", "files")
+FILE_FORMATS = ("text", "json", "parquet")
+MIN_VOCAB = 3 + 256  # [PAD] [BOS] [EOS] + the byte alphabet of byte-level BPE
+STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
+
+
+@dataclass
+class ModelConfig:
+    norm: str = "layer"  # normalization in every block: one of NORM_NAMES
+    placement: str = "pre"  # pre: h = x + F(N(x)) (+ final norm); post: h = N(x + F(x))
+    residual: str = "true"  # true | false (no add op at all) | rezero (x + a*F, a init 0)
+    num_layers: int = 4  # number of Transformer blocks
+    dim: int = 128  # width of the residual stream
+    num_heads: int = 4  # attention heads (dim must divide evenly)
+    ffn_dim: int = 512  # hidden width of the feed-forward sublayer
+    dropout: float = 0.0  # dropout after attention and FFN (0 keeps probes exact)
+    dyt_alpha: float = 0.5  # initial alpha of DyT: gamma * tanh(alpha * x) + beta
+    norm_epsilon: float = 1e-5  # epsilon of every normalization layer
+    bn_momentum: float = 0.99  # running-statistics momentum of the batch-norm variants
+
+
+@dataclass
+class DataConfig:
+    source: str = "embedded"  # embedded (gensim's Wikipedia sample) | hub | files
+    name: Optional[str] = None  # hub dataset name, e.g. wikitext
+    config: Optional[str] = None  # hub dataset config, e.g. wikitext-2-raw-v1
+    files: Optional[Any] = None  # local files: a path/glob, a list, or {split: path(s)}
+    format: str = "text"  # local file format: text | json | parquet
+    text_column: str = "text"  # column holding the text
+    validation_fraction: float = 0.05  # held out when a source has no validation split
+    test_fraction: float = 0.05  # held out when a source has no test split
+    max_len: int = 256  # longest training sequence; longer texts are split into windows
+    buckets: list[int] = field(default_factory=lambda: [32, 64, 96, 128, 192, 256])
+    tokens_per_batch: int = 4096  # token budget of one batch: batch size = budget // bucket
+    vocab_size: int = 8192  # BPE vocabulary size (trained on the train split, cached)
+    eval_batches: int = 16  # validation batches used at each evaluation (0 = all)
+    cache_dir: Optional[str] = None  # default: $NORMLAB_CACHE or ~/.cache/normlab
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 200  # optimizer steps
+    lr: float = 1e-3  # peak learning rate (AdamW)
+    warmup_steps: int = 20  # linear warm-up from 0 (0 = none)
+    decay: str = "cosine"  # cosine | constant after warm-up
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    weight_decay: float = 0.01  # decoupled weight decay (norm and bias parameters excluded)
+    clip_norm: float = 1.0  # global gradient-norm clipping (0 = off)
+    seed: int = 0  # seeds parameters, data order and dropout
+    eval_every: int = 50  # steps between evaluations (the last step is always evaluated)
+    log_every: int = 10  # steps between training summaries
+    checkpoint_every: int = 100  # steps between checkpoints (the last step always saves)
+    loss_upper_bound: float = 1e4  # a loss above this counts as diverged
+
+
+@dataclass
+class RuntimeConfig:
+    xla: bool = True  # compile train/eval steps with XLA (tf.function(jit_compile=True))
+    strategy: str = "auto"  # auto | default | mirrored | multi_worker | tpu
+    mixed_precision: bool = False  # bfloat16 compute on GPU/TPU; norms stay float32
+    telemetry: bool = True  # per-block statistics in the train step
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "run"  # free-form label
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+
+
+def _closest(key: str, node: DictConfig) -> str:
+    valid = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+    match = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    return f"; did you mean '{match[0]}'?" if match else f"; valid keys: {', '.join(valid)}"
+
+
+def _one_line(err: OmegaConfBaseException, schema: DictConfig, origin: str) -> ConfigError:
+    """Turn an OmegaConf error into one line naming the key and the closest valid key."""
+    full_key = getattr(err, "full_key", None) or ""
+    msg = str(err).splitlines()[0]
+    if "not in" in msg or "Key '" in msg and "not" in msg:
+        parent_path, _, leaf = full_key.rpartition(".")
+        parent = OmegaConf.select(schema, parent_path) if parent_path else schema
+        return ConfigError(f"{origin}: unknown config key '{full_key}'{_closest(leaf, parent)}")
+    return ConfigError(f"{origin}: bad value for '{full_key}': {msg}")
+
+
+def _load_yaml(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str, Any]]:
+    """Read a YAML config (safe loader) and the chain of ``base:`` files it extends."""
+    path = path.resolve()
+    if path in seen:
+        raise ConfigError(f"{path}: 'base:' chain loops back to itself")
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of config keys, got {type(data).__name__}")
+    chain: list[tuple[str, Any]] = []
+    base = data.pop("base", None)
+    if base is not None:
+        chain += _load_yaml((path.parent / str(base)), seen + (path,))
+    return chain + [(str(path), data)]
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()) -> DictConfig:
+    """Defaults <- YAML file (and its bases) <- dotted overrides; strict, validated, read-only."""
+    schema = OmegaConf.structured(ExperimentConfig)
+    cfg = schema
+    layers = _load_yaml(Path(path)) if path else []
+    for origin, data in layers:
+        try:
+            cfg = OmegaConf.merge(cfg, OmegaConf.create(data))
+        except OmegaConfBaseException as e:
+            raise _one_line(e, schema, origin) from None
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise ConfigError(f"override '{item}' is not of the form key.path=value")
+        try:
+            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
+        except OmegaConfBaseException as e:
+            raise _one_line(e, schema, f"override '{item}'") from None
+    validate(cfg)
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
+
+
+def _norm_residual(value: Any) -> str:
+    return str(value).strip().lower()
+
+
+def validate(cfg: DictConfig) -> None:
+    """Reject values and combinations that mean nothing, one line each."""
+    m, d, t, r = cfg.model, cfg.data, cfg.train, cfg.runtime
+    m.residual = _norm_residual(m.residual)
+
+    def one_of(key: str, value: str, valid: tuple[str, ...]) -> None:
+        if value not in valid:
+            hint = difflib.get_close_matches(str(value), valid, n=1)
+            extra = f" (did you mean '{hint[0]}'?)" if hint else ""
+            raise ConfigError(f"unknown {key} '{value}'{extra}; valid: {', '.join(valid)}")
+
+    one_of("model.norm", m.norm, NORM_NAMES)
+    one_of("model.placement", m.placement, PLACEMENTS)
+    one_of("model.residual", m.residual, RESIDUALS)
+    one_of("data.source", d.source, SOURCES)
+    one_of("data.format", d.format, FILE_FORMATS)
+    one_of("runtime.strategy", r.strategy, STRATEGIES)
+    one_of("train.decay", t.decay, ("cosine", "constant"))
+
+    def positive(key: str, value: float) -> None:
+        if not value > 0:
+            raise ConfigError(f"{key} must be > 0, got {value}")
+
+    for key in ("model.num_layers", "model.dim", "model.num_heads", "model.ffn_dim",
+                "data.max_len", "data.tokens_per_batch", "train.steps", "train.lr",
+                "train.eval_every", "train.log_every", "train.checkpoint_every"):
+        positive(key, OmegaConf.select(cfg, key))
+    if m.dim % m.num_heads:
+        raise ConfigError(f"model.dim ({m.dim}) must be divisible by model.num_heads ({m.num_heads})")
+    if not 0 <= m.dropout < 1:
+        raise ConfigError(f"model.dropout must be in [0, 1), got {m.dropout}")
+    if m.residual == "rezero" and m.placement == "post":
+        raise ConfigError("model.residual=rezero with model.placement=post means nothing: ReZero "
+                          "removes the norm from the residual path; use placement=pre")
+    if d.vocab_size < MIN_VOCAB:
+        raise ConfigError(f"data.vocab_size must be >= {MIN_VOCAB} (3 special tokens + 256 byte "
+                          f"symbols of byte-level BPE), got {d.vocab_size}")
+    buckets = list(d.buckets)
+    if not buckets or buckets != sorted(set(buckets)) or buckets[0] < 2:
+        raise ConfigError(f"data.buckets must be increasing lengths >= 2, got {buckets}")
+    if buckets[-1] != d.max_len:
+        raise ConfigError(f"the largest of data.buckets ({buckets[-1]}) must equal data.max_len ({d.max_len})")
+    if d.tokens_per_batch < d.max_len:
+        raise ConfigError(f"data.tokens_per_batch ({d.tokens_per_batch}) must hold at least one "
+                          f"sequence of data.max_len ({d.max_len})")
+    if d.source == "hub" and not d.name:
+        raise ConfigError("data.source=hub needs data.name (a Hugging Face dataset name)")
+    if d.source == "files" and not d.files:
+        raise ConfigError("data.source=files needs data.files (a path, a list, or {split: path})")
+    for key in ("data.validation_fraction", "data.test_fraction"):
+        if not 0 <= OmegaConf.select(cfg, key) < 0.5:
+            raise ConfigError(f"{key} must be in [0, 0.5)")
+    if t.warmup_steps < 0 or t.warmup_steps > t.steps:
+        raise ConfigError(f"train.warmup_steps must be in [0, train.steps], got {t.warmup_steps}")
+    if t.clip_norm < 0 or t.weight_decay < 0:
+        raise ConfigError("train.clip_norm and train.weight_decay must be >= 0")
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg, resolve=True)
+
+
+def to_dict(cfg: DictConfig) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

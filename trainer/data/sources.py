@@ -1,0 +1,294 @@
+"""Text sources -> a ``datasets.DatasetDict`` with train/validation/test splits and one "text" column.
+
+Three sources (``data_cfg.source``): ``embedded`` (the Wikipedia sample shipped inside the gensim
+wheel; no network), ``hub`` (``datasets.load_dataset(name, config)``) and ``files`` (local
+text/json/parquet files). Every failure a user can cause is raised as a one-line ``DataError``.
+"""
+
+from __future__ import annotations
+
+import bz2
+import contextlib
+import glob
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+SPLITS = ("train", "validation", "test")
+# Bump when the embedded extraction/cleaning changes: it is part of the on-disk cache key.
+EXTRACT_VERSION = "wiki-v2"
+EMBEDDED_FILE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+MIN_PARAGRAPH_CHARS = 20
+
+
+class DataError(ValueError):
+    """A data problem the user can fix; the message is one line."""
+
+
+def cache_root(data_cfg: Any) -> Path:
+    """The cache directory: ``data.cache_dir``, else ``$NORMLAB_CACHE``, else ``~/.cache/normlab``."""
+    root = data_cfg.cache_dir or os.environ.get("NORMLAB_CACHE") or "~/.cache/normlab"
+    path = Path(root).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def atomic_dir(final: Path) -> Iterator[Path]:
+    """Yield a temp dir next to ``final`` and rename it into place on success.
+
+    Parallel sweep processes may build the same entry at once; rename is atomic on one
+    filesystem, so readers only ever see a complete directory. The loser discards its copy.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
+    try:
+        yield tmp
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def atomic_write(path: Path, write) -> None:
+    """Call ``write(tmp_path)`` then ``os.replace`` it onto ``path`` (same content from any writer)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-", suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def stable_hash(key: str) -> str:
+    """sha256 hex of a string: stable across processes, unlike the built-in ``hash``."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def fingerprint(texts: dict[str, list[str]]) -> str:
+    """Short sha256 of every split's texts in order: identifies the exact data a run saw."""
+    h = hashlib.sha256()
+    for split in SPLITS:
+        h.update(f"[{split}]".encode())
+        for text in texts[split]:
+            h.update(text.encode("utf-8"))
+            h.update(b"\0")  # separator, so ["ab"] and ["a", "b"] differ
+    return h.hexdigest()[:16]
+
+
+def texts_of(ds) -> list[str]:
+    """The "text" column as a plain list (respecting any select/split indices over the table)."""
+    return list(ds.with_format(None)[:]["text"]) if len(ds) else []
+
+
+def _ds(texts: list[str]):
+    import datasets
+
+    return datasets.Dataset.from_dict({"text": texts},
+                                      features=datasets.Features({"text": datasets.Value("string")}))
+
+
+def _make(splits: dict[str, list[str]]):
+    import datasets
+
+    return datasets.DatasetDict({s: _ds(splits.get(s, [])) for s in SPLITS})
+
+
+# ---------------------------------------------------------------------------------- embedded
+_HEADING = re.compile(r"^\s*=+.*=+\s*$")
+_QUOTES = re.compile(r"'{2,}")  # wiki bold/italic markup that filter_wiki leaves behind
+_SPACES = re.compile(r"[ \t]+")
+_MARKUP_START = ("*", "#", ";", ":", "|", "!", "{", "}", "<")
+
+
+def _paragraphs(wikitext: str) -> list[str]:
+    """Clean paragraphs of one article: blank-line blocks minus headings, lists and tables."""
+    from gensim.corpora.wikicorpus import filter_wiki
+
+    out = []
+    for block in re.split(r"\n\s*\n", filter_wiki(wikitext)):
+        # Quotes go first: table cells come out of filter_wiki as lines like '''*word'''.
+        lines = [_QUOTES.sub("", ln).strip() for ln in block.splitlines()]
+        lines = [ln for ln in lines if ln and not _HEADING.match(ln) and not ln.startswith(_MARKUP_START)]
+        text = _SPACES.sub(" ", " ".join(lines)).strip()
+        # A real paragraph has prose: long enough and mostly letters (drops stray symbols/captions).
+        letters = sum(c.isalpha() for c in text)
+        if len(text) >= MIN_PARAGRAPH_CHARS and letters >= 0.5 * len(text) and len(text.split()) >= 4:
+            out.append(text)
+    return out
+
+
+def _embedded_path() -> str:
+    from gensim.test.utils import datapath
+
+    path = datapath(EMBEDDED_FILE)
+    if not os.path.isfile(path):
+        raise DataError(f"data file not found: {path} (the gensim wheel lacks its test data)")
+    return path
+
+
+def extract_articles() -> list[tuple[str, list[str]]]:
+    """(title, paragraphs) for each main-namespace, non-redirect article of the gensim sample."""
+    from gensim.corpora.wikicorpus import extract_pages
+
+    articles = []
+    with bz2.open(_embedded_path(), "rb") as f:
+        for title, text, _pageid in extract_pages(f, filter_namespaces=("0",)):
+            if text.lstrip().lower().startswith("#redirect"):
+                continue
+            paras = _paragraphs(text)
+            if paras:
+                articles.append((title, paras))
+    return articles
+
+
+def split_articles(titles: list[str], val_frac: float, test_frac: float) -> dict[str, list[int]]:
+    """Article indices per split: order by sha256(title), first slice -> validation, next -> test.
+
+    Whole articles go to one split so no article leaks between train and evaluation. A positive
+    fraction always gets at least one article so small samples still have every split.
+    """
+    order = sorted(range(len(titles)), key=lambda i: stable_hash(titles[i]))
+    n = len(order)
+    n_val = max(1, round(val_frac * n)) if val_frac > 0 else 0
+    n_test = max(1, round(test_frac * n)) if test_frac > 0 else 0
+    if n - n_val - n_test < 1:
+        raise DataError(f"too few articles ({n}) for validation/test fractions {val_frac}/{test_frac}")
+    val, test = order[:n_val], order[n_val:n_val + n_test]
+    train = order[n_val + n_test:]
+    return {"train": sorted(train), "validation": sorted(val), "test": sorted(test)}
+
+
+def _embedded(data_cfg: Any, root: Path):
+    import datasets
+
+    vf, tf = float(data_cfg.validation_fraction), float(data_cfg.test_fraction)
+    final = root / f"embedded-{EXTRACT_VERSION}-v{vf:g}-t{tf:g}"
+    if not final.is_dir():
+        articles = extract_articles()
+        idx = split_articles([t for t, _ in articles], vf, tf)
+        dd = _make({s: [p for i in ids for p in articles[i][1]] for s, ids in idx.items()})
+        with atomic_dir(final) as tmp:
+            dd.save_to_disk(str(tmp))
+    return datasets.load_from_disk(str(final))
+
+
+# ---------------------------------------------------------------------------------- hub / files
+def _check_files(files: Any) -> None:
+    """Raise 'data file not found' for any path or glob that matches nothing."""
+    items = files.items() if isinstance(files, dict) else [("train", files)]
+    for split, item in items:
+        patterns = [item] if isinstance(item, (str, os.PathLike)) else item
+        if not isinstance(patterns, (list, tuple)) or not patterns:
+            raise DataError(f"data.files: expected a path, a list or {{split: path(s)}}, got {item!r} "
+                            f"for split '{split}'")
+        matched = []
+        for pattern in patterns:
+            found = glob.glob(os.path.expanduser(str(pattern)))
+            if not found:
+                raise DataError(f"data file not found: {pattern}")
+            matched += found
+        # datasets fails on all-empty input with an obscure schema error: say what it means.
+        if all(os.path.isfile(f) and os.path.getsize(f) == 0 for f in matched):
+            raise DataError(f"data files for split '{split}' are empty (0 bytes): {', '.join(matched)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    """The innermost cause's first line: datasets wraps the real error (e.g. UnicodeDecodeError)."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def _carve(splits: dict, data_cfg: Any) -> dict:
+    """Fill missing validation/test splits from train (deterministic: seed 0).
+
+    Both fractions are of the original train size; a positive fraction gets at least one row.
+    """
+    total = len(splits["train"])
+    for name, frac in (("validation", data_cfg.validation_fraction), ("test", data_cfg.test_fraction)):
+        if name in splits:
+            continue
+        train = splits["train"]
+        n = max(1, round(frac * total)) if frac > 0 else 0
+        if n == 0 or len(train) - n < 1:
+            splits[name] = train.select([])
+            continue
+        parts = train.train_test_split(test_size=n, seed=0, shuffle=True)
+        splits["train"], splits[name] = parts["train"], parts["test"]
+    return splits
+
+
+def _loaded(dd, data_cfg: Any, origin: str):
+    """Pick the splits, check the text column, drop blank texts; one-line errors."""
+    col = data_cfg.text_column
+    splits = dict(dd)
+    if "train" not in splits:
+        raise DataError(f"{origin}: no 'train' split (found: {', '.join(splits) or 'none'})")
+    for name, ds in splits.items():
+        if col not in ds.column_names:
+            raise DataError(f"{origin}: text column '{col}' not found in split '{name}'; "
+                            f"available columns: {', '.join(ds.column_names)}")
+    clean = {}
+    for name, ds in splits.items():
+        if name not in SPLITS:
+            continue
+        ds = ds.select_columns([col]).rename_column(col, "text") if col != "text" else ds.select_columns(["text"])
+        texts = [t for t in texts_of(ds) if isinstance(t, str) and t.strip()]
+        clean[name] = _ds(texts)
+    if len(clean["train"]) == 0:
+        raise DataError(f"{origin}: the train split is empty (no non-blank texts in column '{col}')")
+    return _make({s: texts_of(ds) for s, ds in _carve(clean, data_cfg).items()})
+
+
+def _hub(data_cfg: Any):
+    import datasets
+
+    origin = f"hub dataset {data_cfg.name}" + (f"/{data_cfg.config}" if data_cfg.config else "")
+    try:
+        dd = datasets.load_dataset(data_cfg.name, data_cfg.config)
+    except Exception as e:  # network, unknown name, ...: the user needs one line, not a traceback
+        raise DataError(f"{origin}: could not load ({_first_line(e)})") from e
+    return _loaded(dd, data_cfg, origin)
+
+
+def _files(data_cfg: Any, root: Path):
+    import datasets
+    from omegaconf import OmegaConf
+
+    files = data_cfg.files
+    if OmegaConf.is_config(files):
+        files = OmegaConf.to_container(files, resolve=True)
+    _check_files(files)
+    origin = f"{data_cfg.format} files {files}"
+    try:
+        # Our own HF cache dir keeps generated Arrow files with the rest of the lab's cache.
+        dd = datasets.load_dataset(data_cfg.format, data_files=files, cache_dir=str(root / "hf"))
+    except FileNotFoundError as e:
+        raise DataError(f"data file not found: {e.filename or files}") from e
+    except Exception as e:  # bad encoding / malformed JSON surface wrapped in DatasetGenerationError
+        raise DataError(f"{origin}: unreadable ({_first_line(e)})") from e
+    return _loaded(dd, data_cfg, origin)
+
+
+def load_splits(data_cfg: Any):
+    """Load ``data_cfg.source`` as a DatasetDict with non-empty "text" rows in train/validation/test."""
+    root = cache_root(data_cfg)
+    if data_cfg.source == "embedded":
+        return _embedded(data_cfg, root)
+    if data_cfg.source == "hub":
+        return _hub(data_cfg)
+    if data_cfg.source == "files":
+        return _files(data_cfg, root)
+    raise DataError(f"unknown data.source '{data_cfg.source}'")

@@ -1,0 +1,113 @@
+"""One Transformer block, written as the equations in ARCHITECTURE.md.
+
+    pre : h = x + F(N(x))        post: h = N(x + F(x))
+    residual=false drops the ``x +`` (no add op in the graph); rezero gives x + a * F(.), a = 0 at init.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from trainer.config import PLACEMENTS, RESIDUALS
+from trainer.models.norms import make_norm
+
+INIT = keras.initializers.RandomNormal(stddev=0.02)
+
+
+@keras.saving.register_keras_serializable(package="trainer")
+class FeedForward(keras.layers.Layer):
+    """Position-wise MLP: Dense(ffn_dim, gelu) -> Dense(dim) -> dropout."""
+
+    def __init__(self, dim: int, ffn_dim: int, dropout: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.dim, self.ffn_dim, self.dropout = dim, ffn_dim, dropout
+        self.hidden = keras.layers.Dense(ffn_dim, activation="gelu", kernel_initializer=INIT,
+                                         name="hidden")
+        self.out = keras.layers.Dense(dim, kernel_initializer=INIT, name="out")
+        self.drop = keras.layers.Dropout(dropout)
+
+    def build(self, input_shape):
+        self.hidden.build(input_shape)
+        self.out.build((*input_shape[:-1], self.ffn_dim))
+
+    def call(self, x, training=None):
+        return self.drop(self.out(self.hidden(x)), training=training)
+
+    def get_config(self):
+        return {**super().get_config(), "dim": self.dim, "ffn_dim": self.ffn_dim,
+                "dropout": self.dropout}
+
+
+@keras.saving.register_keras_serializable(package="trainer")
+class Block(keras.layers.Layer):
+    """Causal self-attention + FFN, each wrapped by norm and residual as configured."""
+
+    def __init__(self, dim: int, num_heads: int, ffn_dim: int, dropout: float = 0.0,
+                 norm: str = "layer", placement: str = "pre", residual: str = "true",
+                 norm_epsilon: float = 1e-5, bn_momentum: float = 0.99, dyt_alpha: float = 0.5,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.dim, self.num_heads, self.ffn_dim, self.dropout = dim, num_heads, ffn_dim, dropout
+        self.norm, self.placement, self.residual = norm, placement, str(residual).lower()
+        # call() branches on these strings: a typo must not silently select post-norm.
+        if placement not in PLACEMENTS or self.residual not in RESIDUALS:
+            raise ValueError(f"placement must be one of {PLACEMENTS} and residual one of "
+                             f"{RESIDUALS}; got placement={placement!r}, residual={residual!r}")
+        if self.residual == "rezero" and placement == "post":
+            # The same rule as trainer.config.validate, for blocks built without a config.
+            raise ValueError("residual='rezero' needs placement='pre': post-norm renormalizes "
+                             "x + a*F, so the gated identity at init is lost")
+        self.norm_epsilon, self.bn_momentum, self.dyt_alpha = norm_epsilon, bn_momentum, dyt_alpha
+        norm_kw = dict(epsilon=norm_epsilon, momentum=bn_momentum, dyt_alpha=dyt_alpha)
+        self.attention_norm = make_norm(norm, name_prefix="attention_norm", **norm_kw)
+        self.ffn_norm = make_norm(norm, name_prefix="ffn_norm", **norm_kw)
+        self.attention = keras.layers.MultiHeadAttention(
+            num_heads, dim // num_heads, dropout=dropout, kernel_initializer=INIT,
+            name="attention")
+        self.attention_dropout = keras.layers.Dropout(dropout)
+        self.ffn = FeedForward(dim, ffn_dim, dropout, name="ffn")
+
+    def build(self, input_shape):
+        self.attention_norm.build(input_shape)
+        self.ffn_norm.build(input_shape)
+        self.attention.build(input_shape, input_shape)
+        self.ffn.build(input_shape)
+        if self.residual == "rezero":
+            self.attention_gate = self.add_weight(name="attention_gate", shape=(), initializer="zeros")
+            self.ffn_gate = self.add_weight(name="ffn_gate", shape=(), initializer="zeros")
+
+    def _attend(self, x, training):
+        y = self.attention(x, x, use_causal_mask=True, training=training)
+        return self.attention_dropout(y, training=training)
+
+    def _add(self, x, fx, gate):
+        # The residual switch is structural: with residual=false no add op is built at all.
+        if self.residual == "false":
+            return x + fx
+        if self.residual == "rezero":
+            return x + gate * fx
+        return x + fx
+
+    def call(self, x, padding_mask=None, training=None, return_normed=False):
+        """x: (B, T, C) residual stream; padding_mask: (B, T), 1 = real token."""
+        dtype = x.dtype
+        gates = (getattr(self, "attention_gate", None), getattr(self, "ffn_gate", None))
+        if self.placement == "pre":
+            normed = ops.cast(self.attention_norm(x, padding_mask=padding_mask, training=training), dtype)
+            x = self._add(x, self._attend(normed, training), gates[0])
+            h = ops.cast(self.ffn_norm(x, padding_mask=padding_mask, training=training), dtype)
+            x = self._add(x, self.ffn(h, training=training), gates[1])
+        else:
+            x = self._add(x, self._attend(x, training), gates[0])
+            x = normed = ops.cast(self.attention_norm(x, padding_mask=padding_mask, training=training), dtype)
+            x = self._add(x, self.ffn(x, training=training), gates[1])
+            x = ops.cast(self.ffn_norm(x, padding_mask=padding_mask, training=training), dtype)
+        return (x, normed) if return_normed else x
+
+    def get_config(self):
+        return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
+                "ffn_dim": self.ffn_dim, "dropout": self.dropout, "norm": self.norm,
+                "placement": self.placement, "residual": self.residual,
+                "norm_epsilon": self.norm_epsilon, "bn_momentum": self.bn_momentum,
+                "dyt_alpha": self.dyt_alpha}

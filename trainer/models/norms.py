@@ -1,0 +1,263 @@
+"""The normalization registry: one name -> one Keras layer.
+
+Every norm is called as ``norm(x, padding_mask=padding_mask, training=training)`` with ``x`` of shape (B, T, C)
+and ``mask`` (B, T) float (1 = real token, 0 = pad). Token-wise norms ignore the mask because they
+never look at other tokens; the batch norms differ exactly in what they do with it:
+
+- ``batch``        statistics over batch x time, pads included (the naive choice)
+- ``masked_batch`` statistics over real tokens only; running statistics updated from them only
+- ``sync_batch``   ``masked_batch`` with the sums all-reduced across replicas (tf.distribute)
+
+All norms compute in float32, whatever the compute dtype: statistics of bfloat16 activations lose
+too many bits (the same reason TF Model Garden keeps LayerNorm in float32).
+"""
+
+from __future__ import annotations
+
+import difflib
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+NORMS: dict[str, type[keras.layers.Layer]] = {}
+
+
+def register(name: str):
+    """Class decorator adding a norm layer to the registry under ``name``."""
+
+    def wrap(cls):
+        cls = keras.saving.register_keras_serializable(package="trainer")(cls)
+        NORMS[name] = cls
+        cls.registry_name = name
+        return cls
+
+    return wrap
+
+
+def make_norm(name: str, *, epsilon: float = 1e-5, momentum: float = 0.99,
+              dyt_alpha: float = 0.5, name_prefix: str = "norm") -> keras.layers.Layer:
+    """Build the norm registered as ``name``; an unknown name lists the valid ones."""
+    if name not in NORMS:
+        hint = difflib.get_close_matches(name, NORMS, n=1)
+        extra = f" (did you mean '{hint[0]}'?)" if hint else ""
+        raise KeyError(f"unknown norm '{name}'{extra}; valid: {', '.join(NORMS)}")
+    cls = NORMS[name]
+    kwargs = {"epsilon": epsilon, "momentum": momentum, "dyt_alpha": dyt_alpha}
+    return cls(**{k: v for k, v in kwargs.items() if k in cls.accepts}, name=name_prefix)
+
+
+class _Norm(keras.layers.Layer):
+    """Base: float32 compute, (x, mask, training) call signature, config round trip."""
+
+    accepts: tuple[str, ...] = ()
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("dtype", "float32")  # norms keep float32 under mixed precision
+        super().__init__(**kwargs)
+
+
+@register("layer")
+class LayerNorm(_Norm):
+    """LayerNorm: each token normalized over its own features (keras LayerNormalization)."""
+
+    accepts = ("epsilon",)
+
+    def __init__(self, epsilon: float = 1e-5, **kwargs):
+        super().__init__(**kwargs)
+        self.epsilon = epsilon
+        self.inner = keras.layers.LayerNormalization(epsilon=epsilon, dtype="float32", name="ln")
+
+    def build(self, input_shape):
+        self.inner.build(input_shape)
+
+    def call(self, x, padding_mask=None, training=None):
+        return self.inner(ops.cast(x, "float32"))
+
+    def get_config(self):
+        return {**super().get_config(), "epsilon": self.epsilon}
+
+
+@register("rms")
+class RMSNorm(_Norm):
+    """RMSNorm: x / rms(x) * gamma, per token, no centring (keras RMSNormalization)."""
+
+    accepts = ("epsilon",)
+
+    def __init__(self, epsilon: float = 1e-5, **kwargs):
+        super().__init__(**kwargs)
+        self.epsilon = epsilon
+        self.inner = keras.layers.RMSNormalization(epsilon=epsilon, dtype="float32", name="rms")
+
+    def build(self, input_shape):
+        self.inner.build(input_shape)
+
+    def call(self, x, padding_mask=None, training=None):
+        return self.inner(ops.cast(x, "float32"))
+
+    def get_config(self):
+        return {**super().get_config(), "epsilon": self.epsilon}
+
+
+@register("dyt")
+class DynamicTanh(_Norm):
+    """DyT (Zhu et al. 2025): gamma * tanh(alpha * x) + beta, alpha a learnable scalar."""
+
+    accepts = ("dyt_alpha",)
+
+    def __init__(self, dyt_alpha: float = 0.5, **kwargs):
+        super().__init__(**kwargs)
+        self.dyt_alpha = dyt_alpha
+
+    def build(self, input_shape):
+        dim = input_shape[-1]
+        self.alpha = self.add_weight(name="alpha", shape=(),
+                                     initializer=keras.initializers.Constant(self.dyt_alpha))
+        self.gamma = self.add_weight(name="gamma", shape=(dim,), initializer="ones")
+        self.beta = self.add_weight(name="beta", shape=(dim,), initializer="zeros")
+
+    def call(self, x, padding_mask=None, training=None):
+        return self.gamma * ops.tanh(self.alpha * ops.cast(x, "float32")) + self.beta
+
+    def get_config(self):
+        return {**super().get_config(), "dyt_alpha": self.dyt_alpha}
+
+
+@register("none")
+class Identity(_Norm):
+    """No normalization: the residual stream is left as it is."""
+
+    def call(self, x, padding_mask=None, training=None):
+        return ops.cast(x, "float32")
+
+
+@register("batch")
+class BatchNorm(_Norm):
+    """BatchNorm over batch x time with pads included in the statistics (the naive choice).
+
+    Deliberately no mask: a pad token counts like a real one, which is what most code does when it
+    drops ``BatchNormalization`` into a Transformer. The masked variants below are the fix.
+    """
+
+    accepts = ("epsilon", "momentum")
+
+    def __init__(self, epsilon: float = 1e-5, momentum: float = 0.99, **kwargs):
+        super().__init__(**kwargs)
+        self.epsilon = epsilon
+        self.momentum = momentum
+        self.inner = keras.layers.BatchNormalization(
+            axis=-1, epsilon=epsilon, momentum=momentum, dtype="float32", name="bn")
+
+    def build(self, input_shape):
+        self.inner.build(input_shape)
+
+    def call(self, x, padding_mask=None, training=None):
+        return self.inner(ops.cast(x, "float32"), training=training)
+
+    def moments(self, x, mask=None):
+        """The (mean, variance) this layer uses in training mode: over every token, pads too."""
+        x = ops.cast(x, "float32")
+        return ops.mean(x, axis=(0, 1)), ops.var(x, axis=(0, 1))
+
+    @property
+    def running_moments(self):
+        return self.inner.moving_mean, self.inner.moving_variance
+
+    def get_config(self):
+        return {**super().get_config(), "epsilon": self.epsilon, "momentum": self.momentum}
+
+
+def masked_moments(x, mask):
+    """Mean and (biased) variance over the real tokens of x (B, T, C) under mask (B, T)."""
+    w = ops.cast(mask, "float32")[..., None]
+    count = ops.maximum(ops.sum(w), 1.0)
+    mean = ops.sum(x * w, axis=(0, 1)) / count
+    var = ops.sum(ops.square(x - mean) * w, axis=(0, 1)) / count
+    return mean, var
+
+
+@register("masked_batch")
+class MaskedBatchNorm(_Norm):
+    """BatchNorm whose statistics (and running-statistic updates) come from real tokens only.
+
+    Written out rather than wrapping keras ``BatchNormalization(mask=...)``: keras attaches the
+    mask to the output tensor, and it then silently turns into a key-padding mask inside the next
+    ``MultiHeadAttention`` for this variant only, which would confound the ablation.
+    """
+
+    accepts = ("epsilon", "momentum")
+    synchronized = False
+
+    def __init__(self, epsilon: float = 1e-5, momentum: float = 0.99, **kwargs):
+        super().__init__(**kwargs)
+        self.epsilon = epsilon
+        self.momentum = momentum
+
+    def build(self, input_shape):
+        dim = input_shape[-1]
+        self.gamma = self.add_weight(name="gamma", shape=(dim,), initializer="ones")
+        self.beta = self.add_weight(name="beta", shape=(dim,), initializer="zeros")
+        # "mean": under tf.distribute each replica assigns its own statistics; averaging them is
+        # the least-wrong merge for masked_batch and exact for sync_batch (all replicas agree).
+        self.moving_mean = self.add_weight(name="moving_mean", shape=(dim,), initializer="zeros",
+                                           trainable=False, aggregation="mean")
+        self.moving_variance = self.add_weight(name="moving_variance", shape=(dim,),
+                                               initializer="ones", trainable=False,
+                                               aggregation="mean")
+
+    def _sum_over_replicas(self, value):
+        if not self.synchronized:
+            return value
+        ctx = tf.distribute.get_replica_context()
+        if ctx is None or ctx.num_replicas_in_sync == 1:
+            return value
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+    def moments(self, x, mask=None):
+        """(mean, biased variance) over the real tokens (of every replica when synchronized).
+
+        Two passes (mean first, then squared deviations) rather than E[x^2] - E[x]^2, which
+        cancels catastrophically in float32 when the residual stream has a large mean.
+        """
+        x = ops.cast(x, "float32")
+        w = ops.ones(ops.shape(x)[:2])
+        w = w[..., None]  # (B, T, 1)
+        sums = self._sum_over_replicas(
+            ops.concatenate([ops.sum(w, axis=(0, 1)), ops.sum(w * x, axis=(0, 1))]))
+        count = ops.maximum(sums[0], 1.0)
+        mean = sums[1:] / count
+        var = self._sum_over_replicas(ops.sum(w * ops.square(x - mean), axis=(0, 1))) / count
+        return mean, var
+
+    def call(self, x, padding_mask=None, training=None):
+        x = ops.cast(x, "float32")
+        if training and self.trainable:  # a frozen BN runs on its running statistics, as keras'
+            mean, var = self.moments(x, padding_mask)
+            m = self.momentum
+            self.moving_mean.assign(m * self.moving_mean + (1 - m) * mean)
+            self.moving_variance.assign(m * self.moving_variance + (1 - m) * var)
+        else:
+            mean, var = self.moving_mean, self.moving_variance
+        return (x - mean) * ops.rsqrt(var + self.epsilon) * self.gamma + self.beta
+
+    @property
+    def running_moments(self):
+        return self.moving_mean, self.moving_variance
+
+    def get_config(self):
+        return {**super().get_config(), "epsilon": self.epsilon, "momentum": self.momentum}
+
+
+@register("sync_batch")
+class SyncBatchNorm(MaskedBatchNorm):
+    """``masked_batch`` whose sums are all-reduced across replicas: the global batch's moments.
+
+    Keras 3's ``BatchNormalization(synchronized=True)`` skips the all-reduce on its masked path
+    (each replica normalizes with its own statistics), so the sums are all-reduced here: count and
+    sum(w*x), then sum(w*(x - mean)^2). On one device it is exactly ``masked_batch``.
+    """
+
+    synchronized = True
+
+
+BATCH_NORMS = tuple(k for k, v in NORMS.items() if hasattr(v, "moments"))

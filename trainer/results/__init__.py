@@ -1,0 +1,1 @@
+"""After the runs: event readers, sweep tables, plots and reproduction."""

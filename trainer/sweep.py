@@ -1,0 +1,127 @@
+"""Sweeps: a grid of config overrides, one run directory per variant, one summary table.
+
+A sweep spec is YAML (strict schema below). Each variant runs ``python -m trainer train`` in its
+own process, so variants never share TensorFlow state and ``--parallel N`` is just N processes.
+Completed variants are skipped and unfinished ones resume when the sweep is run again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from tqdm.auto import tqdm
+
+from trainer.config import ConfigError, load_config
+
+
+@dataclass
+class SweepSpec:
+    base: str = "../base.yaml"  # experiment config every variant extends (relative to the spec)
+    name: Optional[str] = None  # results/<name>/ (default: the spec's file name)
+    overrides: list[str] = field(default_factory=list)  # applied to every variant
+    grid: dict[str, list[Any]] = field(default_factory=dict)  # key -> values; all combinations
+    seeds: list[int] = field(default_factory=lambda: [0])  # each variant runs once per seed
+    exclude: list[dict[str, Any]] = field(default_factory=list)  # partial assignments to skip
+
+
+@dataclass
+class Variant:
+    name: str  # run directory name, derived from the grid overrides
+    overrides: list[str]  # spec overrides + grid overrides + seed
+
+
+def _fmt(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def load_spec(path: str | os.PathLike) -> tuple[SweepSpec, Path]:
+    """Read and check a sweep spec; returns it and the resolved base config path."""
+    path = Path(path)
+    raw = _raw(path)
+    try:
+        spec = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SweepSpec), raw))
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{path}: malformed sweep spec: {str(e).splitlines()[0]}") from None
+    base = (path.parent / spec.base).resolve()
+    if not spec.grid:
+        raise ConfigError(f"{path}: a sweep needs a non-empty 'grid:'")
+    for key, values in spec.grid.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{path}: grid '{key}' must be a non-empty list")
+    return spec, base
+
+
+def _raw(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: cannot read sweep spec ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a sweep spec is a mapping with 'grid:' (and 'base:', 'seeds:')")
+    return data
+
+
+def expand_variants(spec: SweepSpec) -> list[Variant]:
+    """Every grid combination x seed, minus exclusions; names like ``norm=batch,residual=false``."""
+    keys = list(spec.grid)
+    leaves = [k.split(".")[-1] for k in keys]
+    labels = [leaf if leaves.count(leaf) == 1 else k for k, leaf in zip(keys, leaves)]
+    variants = []
+    for values in itertools.product(*(spec.grid[k] for k in keys)):
+        assignment = dict(zip(keys, values))
+        if any(all(_fmt(assignment.get(k)) == _fmt(v) for k, v in ex.items()) for ex in spec.exclude):
+            continue
+        base_name = ",".join(f"{label}={_fmt(v)}" for label, v in zip(labels, values))
+        for seed in spec.seeds:
+            name = base_name + (f",seed={seed}" if len(spec.seeds) > 1 else "")
+            if not re.fullmatch(r"[\w.,=+-]+", name):
+                raise ConfigError(f"grid values make an unsafe run name '{name}'")
+            overrides = [*spec.overrides, *(f"{k}={_fmt(v)}" for k, v in assignment.items()),
+                         f"train.seed={seed}"]
+            variants.append(Variant(name, overrides))
+    return variants
+
+
+def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
+              extra: list[str] = ()) -> Path:
+    """Run every variant of the sweep into ``out_dir`` and write its summary table."""
+    from trainer.data import prepare
+    from trainer.results.summarize import summarize
+
+    spec, base = load_spec(spec_path)
+    name = spec.name or Path(spec_path).stem
+    root = Path(out_dir) if out_dir else Path("results") / name
+    variants = expand_variants(spec)
+    # Validate every variant before anything runs, so a typo fails the sweep up front.
+    configs = [load_config(base, [*v.overrides, *extra]) for v in variants]
+    root.mkdir(parents=True, exist_ok=True)
+    prepare(configs[0].data)  # build the dataset/tokenizer cache once, not in N processes
+
+    def launch(variant: Variant) -> tuple[str, int]:
+        cmd = [sys.executable, "-m", "trainer", "train", "--config", str(base),
+               "--workdir", str(root / variant.name), *variant.overrides, *extra]
+        if parallel > 1:
+            cmd.append("--quiet")
+        return variant.name, subprocess.run(cmd).returncode
+
+    failed = []
+    with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
+        for name_, rc in tqdm(pool.map(launch, variants), total=len(variants), desc=f"sweep {name}",
+                              unit="run", disable=parallel == 1):
+            if rc != 0:
+                failed.append(name_)
+    summarize(root)
+    if failed:
+        raise RuntimeError(f"{len(failed)} variant(s) failed: {', '.join(failed)}")
+    return root

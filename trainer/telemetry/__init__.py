@@ -1,0 +1,1 @@
+"""What a run records: in-step statistics, probes and TensorBoard writers."""

@@ -1,0 +1,39 @@
+"""Tensor statistics computed inside the compiled step (pure functions, no summaries).
+
+Per-block values are stacked into one vector of length num_layers so the step returns a fixed,
+small dict; their keys hold a ``{block}`` field that the Python loop fills with ``block_{i}``.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def block_grad_norms(grads, group_idx):
+    """L2 norm of the gradients of each block's variables, stacked: (num_layers,)."""
+    return tf.stack([tf.linalg.global_norm([grads[i] for i in idx]) for idx in group_idx])
+
+
+def token_moments(x, mask):
+    """Per-token mean and std over features, and rms, each averaged over real tokens only."""
+    x = tf.cast(x, tf.float32)
+    w = tf.cast(mask, tf.float32)
+    count = tf.maximum(tf.reduce_sum(w), 1.0)
+    mean = tf.reduce_mean(x, axis=-1)  # (B, T): the token's value baseline
+    std = tf.math.reduce_std(x, axis=-1)  # (B, T): the token's spread over features
+    ms = tf.reduce_mean(tf.square(x), axis=-1)
+
+    def avg(v):
+        return tf.reduce_sum(v * w) / count
+
+    return avg(mean), avg(std), tf.sqrt(avg(ms))
+
+
+def stream_stats(hidden, mask):
+    """Residual-stream statistics per block: after the block, and after its first norm."""
+    out = {}
+    for where, key in (("stream", "activation"), ("normed", "activation_normed")):
+        rows = [token_moments(h[where], mask) for h in hidden]
+        for j, stat in enumerate(("token_mean", "token_std", "rms")):
+            out[f"{key}/{{block}}/{stat}"] = tf.stack([r[j] for r in rows])
+    return out

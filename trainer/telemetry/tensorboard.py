@@ -1,0 +1,94 @@
+"""TensorBoard writers of one run: ``RUN_DIR/train`` and ``RUN_DIR/eval`` event files, HParams.
+
+Tags inside each writer carry no ``train/`` or ``eval/`` prefix: TensorBoard shows the writer's
+directory as the run, so ``loss`` in ``RUN_DIR/eval`` is the "eval loss" of run RUN_DIR — and the
+HParams plugin finds metrics by (group=train|eval, tag) the same way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+from tensorboard.plugins.custom_scalar import layout_pb2, summary as cs_summary
+from tensorboard.plugins.hparams import api as hp
+
+# Final values the HParams table shows, as (writer group, tag).
+HPARAM_METRICS = (("eval", "loss"), ("eval", "perplexity"), ("train", "loss"),
+                  ("train", "grad_norm/global"), ("eval", "probe/batch_invariance"),
+                  ("eval", "loss_train_mode"))
+
+
+def expand(metrics: dict) -> dict[str, float]:
+    """Turn step outputs into scalar tags: vectors with a ``{block}`` field become one tag each."""
+    out = {}
+    for key, value in metrics.items():
+        value = np.asarray(value)
+        if "{block}" in key:
+            for i, v in enumerate(value.reshape(-1)):
+                out[key.format(block=f"block_{i}")] = float(v)
+        else:
+            out[key] = float(value)
+    return out
+
+
+class RunWriters:
+    """The run's event-file writers; one ``write(group, scalars, step)`` for all summaries."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.writers = {g: tf.summary.create_file_writer(str(self.run_dir / g))
+                        for g in ("train", "eval")}
+
+    def write(self, group: str, scalars: dict[str, float], step: int) -> None:
+        with self.writers[group].as_default(step=step):
+            for tag, value in scalars.items():
+                tf.summary.scalar(tag, value)
+
+    def histograms(self, group: str, tensors: dict[str, np.ndarray], step: int) -> None:
+        with self.writers[group].as_default(step=step):
+            for tag, value in tensors.items():
+                tf.summary.histogram(tag, value)
+
+    def hparams(self, values: dict) -> None:
+        """One HParams session per run (written at the run root) plus the custom-scalars layout."""
+        writer = tf.summary.create_file_writer(str(self.run_dir))
+        with writer.as_default(step=0):
+            hp.hparams(values, trial_id=self.run_dir.name)
+            tf.summary.experimental.write_raw_pb(
+                cs_summary.pb(custom_scalars_layout()).SerializeToString(), step=0)
+        writer.close()
+
+    def flush(self) -> None:
+        for w in self.writers.values():
+            w.flush()
+
+    def close(self) -> None:
+        for w in self.writers.values():
+            w.close()
+
+
+def write_hparams_config(root: Path, hparam_names: list[str]) -> None:
+    """The experiment-level HParams config a sweep writes once at its results root."""
+    metrics = [hp.Metric(tag, group=group, display_name=f"{group}/{tag}")
+               for group, tag in HPARAM_METRICS]
+    writer = tf.summary.create_file_writer(str(root))
+    with writer.as_default(step=0):
+        hp.hparams_config(hparams=[hp.HParam(n) for n in hparam_names], metrics=metrics)
+    writer.close()
+
+
+def custom_scalars_layout() -> layout_pb2.Layout:
+    """One multi-line chart per per-block family (regex over the block index)."""
+    families = [("grad_norm", r"grad_norm/block_\d+$"),
+                ("token_std (residual stream)", r"activation/block_\d+/token_std"),
+                ("token_mean (residual stream)", r"activation/block_\d+/token_mean"),
+                ("rms (residual stream)", r"activation/block_\d+/rms"),
+                ("token_std after norm", r"activation_normed/block_\d+/token_std"),
+                ("token cosine (rank collapse)", r"probe/token_cosine/block_\d+"),
+                ("BN statistic drift", r"probe/bn_stat_drift/block_\d+")]
+    charts = [layout_pb2.Chart(title=title,
+                               multiline=layout_pb2.MultilineChartContent(tag=[regex]))
+              for title, regex in families]
+    return layout_pb2.Layout(category=[layout_pb2.Category(title="per block", chart=charts)])

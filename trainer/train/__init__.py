@@ -1,0 +1,1 @@
+"""Compiled steps, the training loop, run directories and distribution strategies."""

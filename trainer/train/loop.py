@@ -1,0 +1,210 @@
+"""The training loop: data, model, compiled steps, summaries, checkpoints, divergence.
+
+Everything stateful lives here, outside the compiled steps: reading step outputs, writing
+summaries, evaluating, checkpointing, deciding that a run diverged.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+from omegaconf import OmegaConf
+from tqdm.auto import tqdm
+
+from trainer.data import prepare
+from trainer.models import build_model
+from trainer.telemetry.tensorboard import RunWriters, expand
+from trainer.train.rundir import collect_meta, open_run_dir, read_json, write_json
+from trainer.train.step import make_eval_step, make_train_step
+from trainer.train.strategy import make_strategy
+
+# Keys a variant is described by in the HParams dashboard.
+HPARAM_KEYS = ("model.norm", "model.placement", "model.residual", "model.num_layers", "model.dim",
+               "train.lr", "train.warmup_steps", "train.clip_norm", "train.seed", "data.source")
+# Variables no weight decay is applied to: norm gains/biases, gates, biases, embeddings.
+NO_DECAY = ["gamma", "beta", "scale", "alpha", "gate", "bias", "embeddings"]
+
+
+def make_schedule(train_cfg) -> keras.optimizers.schedules.LearningRateSchedule:
+    """Linear warm-up from 0 to ``lr``, then cosine decay to ``lr * min_lr_ratio`` (or constant)."""
+    t = train_cfg
+    alpha = t.min_lr_ratio if t.decay == "cosine" else 1.0
+    if t.warmup_steps:
+        return keras.optimizers.schedules.CosineDecay(
+            0.0, decay_steps=max(t.steps - t.warmup_steps, 1), alpha=alpha,
+            warmup_target=t.lr, warmup_steps=t.warmup_steps)
+    return keras.optimizers.schedules.CosineDecay(t.lr, decay_steps=t.steps, alpha=alpha)
+
+
+def make_optimizer(train_cfg) -> keras.optimizers.Optimizer:
+    """AdamW on the schedule; no decay on norm parameters, gates, biases and embeddings."""
+    opt = keras.optimizers.AdamW(learning_rate=make_schedule(train_cfg),
+                                 weight_decay=train_cfg.weight_decay, beta_1=0.9, beta_2=0.95,
+                                 epsilon=1e-8)
+    opt.exclude_from_weight_decay(var_names=NO_DECAY)
+    return opt
+
+
+def evaluate(eval_step, batches) -> float:
+    """Mean token loss over the fixed evaluation batches."""
+    total = tokens = 0.0
+    for batch in batches:
+        out = eval_step(batch)
+        total += float(out["loss_sum"])
+        tokens += float(out["tokens"])
+    return total / max(tokens, 1.0)
+
+
+def evaluate_train_mode(model, eval_step, batches) -> float:
+    """Eval loss with BN in training mode; running statistics are restored afterwards."""
+    saved = [v.numpy() for v in model.non_trainable_variables]
+    try:
+        return evaluate(eval_step, batches)
+    finally:
+        for v, value in zip(model.non_trainable_variables, saved):
+            v.assign(value)
+
+
+def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bool = True) -> dict:
+    """Train ``cfg`` into ``run_dir`` (resuming if it holds the same unfinished run).
+
+    Returns the summary dict also written to ``run_dir/summary.json``. A diverged run is a
+    result (status "diverged"), not an exception.
+    """
+    run_dir = Path(run_dir)
+    state = open_run_dir(run_dir, cfg)
+    if state == "completed":
+        return read_json(run_dir / "summary.json")
+    t = cfg.train
+    keras.utils.set_random_seed(t.seed)
+    tf.config.experimental.enable_op_determinism()
+
+    corpus = prepare(cfg.data, seed=t.seed)
+    data_info = {"dataset_fingerprint": corpus.fingerprint, "tokenizer_hash": corpus.tokenizer_hash,
+                 "data_stats": corpus.stats()}
+    meta = collect_meta(cfg, argv if argv is not None else sys.argv, data_info)
+    write_json(run_dir / "meta.json", meta)
+
+    strategy = make_strategy(cfg.runtime.strategy)
+    if strategy.num_replicas_in_sync > 1:
+        raise NotImplementedError("multi-replica training is not supported yet")
+    with strategy.scope():
+        model = build_model(cfg.model, corpus.vocab_size, corpus.max_len)
+        optimizer = make_optimizer(t)
+        optimizer.build(model.trainable_variables)
+    step_var = tf.Variable(0, dtype=tf.int64, name="step")
+    ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
+    manager = tf.train.CheckpointManager(ckpt, str(run_dir / "checkpoints"), max_to_keep=2)
+    if state == "resume" and manager.latest_checkpoint:
+        ckpt.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    start = int(step_var.numpy())
+
+    xla = cfg.runtime.xla
+    train_step = make_train_step(model, optimizer, clip_norm=t.clip_norm,
+                                 telemetry=cfg.runtime.telemetry, xla=xla)
+    eval_step = make_eval_step(model, xla=xla)
+    eval_step_train_mode = make_eval_step(model, xla=xla, training=True)
+    eval_batches = corpus.eval_batches("validation", cfg.data.eval_batches or None)
+
+    writers = RunWriters(run_dir)
+    if start == 0:
+        writers.hparams({k.split(".")[-1]: _hparam(OmegaConf.select(cfg, k)) for k in HPARAM_KEYS})
+        writers.write("train", {"pad_fraction": corpus.stats()["pad_fraction"]}, 0)
+
+    history = read_json(run_dir / "progress.json") if start else {}
+    best = history.get("best_eval_loss", math.inf)
+    max_grad = history.get("max_grad_norm", 0.0)
+    last_eval = history.get("final_eval_loss")
+    status, diverged_step, last_finite = "completed", None, history.get("last_finite", {})
+    real_tokens = padded_tokens = 0.0
+    timed = 0.0
+    window_tokens = window_time = 0.0
+
+    def run_eval(step: int) -> None:
+        nonlocal best, last_eval
+        loss = evaluate(eval_step, eval_batches)
+        train_mode = evaluate_train_mode(model, eval_step_train_mode, eval_batches)
+        scalars = {"loss": loss, "perplexity": math.exp(min(loss, 50.0)),
+                   "loss_train_mode": train_mode}
+        writers.write("eval", scalars, step)
+        last_eval = loss
+        if math.isfinite(loss):
+            best = min(best, loss)
+
+    if start == 0:
+        run_eval(0)
+    dataset = iter(corpus.train_dataset(t.seed, start_step=start))
+    bar = tqdm(range(start, t.steps), initial=start, total=t.steps, disable=not progress,
+               desc=run_dir.name, unit="step", dynamic_ncols=True, leave=False)
+    for step in bar:
+        batch = next(dataset)
+        traces = train_step.experimental_get_tracing_count()
+        t0 = time.perf_counter()
+        out = train_step(batch)
+        loss = float(out["loss"])  # also the sync point that makes the timing honest
+        dt = time.perf_counter() - t0
+        n_real = float(out["tokens"])
+        if train_step.experimental_get_tracing_count() == traces:  # compiling steps don't count
+            timed += dt
+            real_tokens += n_real
+            padded_tokens += float(np.prod(batch["inputs"].shape))
+            window_tokens += n_real
+            window_time += dt
+        nonfinite = bool(out["nonfinite"]) or not math.isfinite(loss)
+        if nonfinite or loss > t.loss_upper_bound:
+            status, diverged_step = "diverged", step
+            writers.write("train", {"nonfinite": float(nonfinite), "loss": loss}, step)
+            break
+        grad = float(out["grad_norm/global"])
+        max_grad = max(max_grad, grad)
+        last_finite = {"step": step, "loss": loss, "grad_norm": grad}
+        if step % t.log_every == 0 or step == t.steps - 1:
+            scalars = expand({k: v for k, v in out.items() if k != "tokens"})
+            if window_time:
+                scalars["tokens_per_sec"] = window_tokens / window_time
+            writers.write("train", scalars, step)
+            window_tokens = window_time = 0.0
+            bar.set_postfix(loss=f"{loss:.3f}")
+        done = step + 1
+        if done % t.eval_every == 0 or done == t.steps:
+            run_eval(done)
+        if done % t.checkpoint_every == 0 or done == t.steps:
+            step_var.assign(done)
+            writers.flush()
+            manager.save(checkpoint_number=done)
+            write_json(run_dir / "progress.json",
+                       {"step": done, "best_eval_loss": best, "max_grad_norm": max_grad,
+                        "final_eval_loss": last_eval, "last_finite": last_finite})
+    bar.close()
+    writers.close()
+
+    stats = corpus.stats()
+    summary = {
+        "status": status,
+        "steps": (diverged_step if status == "diverged" else t.steps),
+        "diverged_step": diverged_step,
+        "final_eval_loss": last_eval if status == "completed" else None,
+        "best_eval_loss": best if math.isfinite(best) else None,
+        "last_finite": last_finite,
+        "max_grad_norm": max_grad,
+        "tokens_per_sec": real_tokens / timed if timed else None,
+        "padded_tokens_per_sec": padded_tokens / timed if timed else None,
+        "pad_fraction": stats["pad_fraction"],
+        "compile_count": {"train": train_step.experimental_get_tracing_count(),
+                          "eval": eval_step.experimental_get_tracing_count()},
+        "num_params": int(model.count_params()),
+        "end_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    write_json(run_dir / "summary.json", summary)
+    return summary
+
+
+def _hparam(value):
+    return value if isinstance(value, (bool, int, float, str)) else str(value)
+

@@ -1,0 +1,70 @@
+"""Pure train and eval steps, compiled with XLA.
+
+A step takes a batch dict ``{inputs, targets, mask}`` and returns a dict of tensors; nothing in
+here writes summaries or touches Python state (XLA would skip it or retrace). Non-finite detection
+is a reduction returned as a tensor, because ``tf.debugging.check_numerics`` is skipped under XLA.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from trainer.telemetry.stats import block_grad_norms, stream_stats
+
+
+def masked_loss(logits, targets, mask):
+    """Sum of token cross-entropies over real tokens, and their count. Pads contribute nothing."""
+    mask = tf.cast(mask, tf.float32)
+    ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+    # where, not multiply: a non-finite logit at a pad must not turn the sum into NaN.
+    ce = tf.where(mask > 0, ce, 0.0)
+    return tf.reduce_sum(ce), tf.reduce_sum(mask)
+
+
+def _block_variable_groups(model):
+    return [block.trainable_variables for block in model.blocks]
+
+
+def make_train_step(model, optimizer, *, clip_norm: float, telemetry: bool, xla: bool):
+    """Return ``step(batch) -> metrics``: forward, backward, clip, AdamW update, statistics."""
+    variables = model.trainable_variables
+    groups = _block_variable_groups(model)
+    index = {id(v): i for i, v in enumerate(variables)}
+    group_idx = [[index[id(v)] for v in g] for g in groups]
+
+    def step(batch):
+        with tf.GradientTape() as tape:
+            logits, hidden = model(batch["inputs"], padding_mask=batch["mask"], training=True,
+                                   return_hidden=True)
+            loss_sum, count = masked_loss(logits, batch["targets"], batch["mask"])
+            loss = loss_sum / tf.maximum(count, 1.0)
+        grads = tape.gradient(loss, variables)
+        grad_norm = tf.linalg.global_norm(grads)
+        finite = tf.math.is_finite(loss) & tf.math.is_finite(grad_norm)
+        if clip_norm > 0:
+            grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=grad_norm)
+        metrics = {"loss": loss, "grad_norm/global": grad_norm, "tokens": count,
+                   "nonfinite": 1.0 - tf.cast(finite, tf.float32),
+                   "learning_rate": tf.cast(optimizer.learning_rate, tf.float32)}
+        if telemetry:
+            before = [tf.identity(v) for v in variables]
+        optimizer.apply_gradients(zip(grads, variables))
+        if telemetry:
+            delta = tf.linalg.global_norm([v - b for v, b in zip(variables, before)])
+            metrics["update_ratio/global"] = delta / (tf.linalg.global_norm(before) + 1e-12)
+            metrics["grad_norm/{block}"] = block_grad_norms(grads, group_idx)
+            metrics.update(stream_stats(hidden, batch["mask"]))
+        return metrics
+
+    return tf.function(step, jit_compile=xla)
+
+
+def make_eval_step(model, *, xla: bool, training: bool = False):
+    """Return ``step(batch) -> {loss_sum, tokens}``; ``training=True`` evaluates BN in train mode."""
+
+    def step(batch):
+        logits = model(batch["inputs"], padding_mask=batch["mask"], training=training)
+        loss_sum, count = masked_loss(logits, batch["targets"], batch["mask"])
+        return {"loss_sum": loss_sum, "tokens": count}
+
+    return tf.function(step, jit_compile=xla)
