@@ -1,7 +1,8 @@
 """One Transformer block, written as the equations in ARCHITECTURE.md.
 
     pre : h = x + F(N(x))        post: h = N(x + F(x))
-    residual=false drops the ``x +`` (no add op in the graph); rezero gives x + a * F(.), a = 0 at init.
+    residual=false drops the ``x +`` (no add op in the graph);
+    rezero (pre only) gives x + a * F(.), a learnable scalar per sublayer, 0 at init.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from keras import ops
 from trainer.config import PLACEMENTS, RESIDUALS
 from trainer.models.norms import make_norm
 
-INIT = keras.initializers.RandomNormal(stddev=0.02)
+def normal_init() -> keras.initializers.Initializer:
+    """N(0, 0.02) (GPT-2). A new instance per layer: an initializer made once at import would
+    carry one seed drawn before the run is seeded, identical for every layer that shares it."""
+    return keras.initializers.RandomNormal(stddev=0.02)
 
 
 @keras.saving.register_keras_serializable(package="trainer")
@@ -22,9 +26,9 @@ class FeedForward(keras.layers.Layer):
     def __init__(self, dim: int, ffn_dim: int, dropout: float = 0.0, **kwargs):
         super().__init__(**kwargs)
         self.dim, self.ffn_dim, self.dropout = dim, ffn_dim, dropout
-        self.hidden = keras.layers.Dense(ffn_dim, activation="gelu", kernel_initializer=INIT,
+        self.hidden = keras.layers.Dense(ffn_dim, activation="gelu", kernel_initializer=normal_init(),
                                          name="hidden")
-        self.out = keras.layers.Dense(dim, kernel_initializer=INIT, name="out")
+        self.out = keras.layers.Dense(dim, kernel_initializer=normal_init(), name="out")
         self.drop = keras.layers.Dropout(dropout)
 
     def build(self, input_shape):
@@ -63,7 +67,7 @@ class Block(keras.layers.Layer):
         self.attention_norm = make_norm(norm, name_prefix="attention_norm", **norm_kw)
         self.ffn_norm = make_norm(norm, name_prefix="ffn_norm", **norm_kw)
         self.attention = keras.layers.MultiHeadAttention(
-            num_heads, dim // num_heads, dropout=dropout, kernel_initializer=INIT,
+            num_heads, dim // num_heads, dropout=dropout, kernel_initializer=normal_init(),
             name="attention")
         self.attention_dropout = keras.layers.Dropout(dropout)
         self.ffn = FeedForward(dim, ffn_dim, dropout, name="ffn")
@@ -74,7 +78,8 @@ class Block(keras.layers.Layer):
         self.attention.build(input_shape, input_shape)
         self.ffn.build(input_shape)
         if self.residual == "rezero":
-            self.attention_gate = self.add_weight(name="attention_gate", shape=(), initializer="zeros")
+            self.attention_gate = self.add_weight(name="attention_gate", shape=(),
+                                                  initializer="zeros")
             self.ffn_gate = self.add_weight(name="ffn_gate", shape=(), initializer="zeros")
 
     def _attend(self, x, training):
@@ -84,26 +89,36 @@ class Block(keras.layers.Layer):
     def _add(self, x, fx, gate):
         # The residual switch is structural: with residual=false no add op is built at all.
         if self.residual == "false":
-            return x + fx
+            return fx
         if self.residual == "rezero":
             return x + gate * fx
         return x + fx
 
-    def call(self, x, padding_mask=None, training=None, return_normed=False):
-        """x: (B, T, C) residual stream; padding_mask: (B, T), 1 = real token."""
-        dtype = x.dtype
+    def _normalize(self, norm, x, padding_mask, training):
+        # Norms compute in float32; the stream returns to the compute dtype (bf16 when mixed).
+        return ops.cast(norm(x, padding_mask=padding_mask, training=training), x.dtype)
+
+    def call(self, x, padding_mask=None, training=None, return_internals=False):
+        """x: (B, T, C) residual stream; padding_mask: (B, T), 1 = real token.
+
+        With ``return_internals`` also returns ``{"norm_input", "normed"}``: what the block's
+        first norm saw and what it produced (telemetry and BN-drift probes read them).
+        """
         gates = (getattr(self, "attention_gate", None), getattr(self, "ffn_gate", None))
         if self.placement == "pre":
-            normed = ops.cast(self.attention_norm(x, padding_mask=padding_mask, training=training), dtype)
+            norm_input = x
+            normed = self._normalize(self.attention_norm, x, padding_mask, training)
             x = self._add(x, self._attend(normed, training), gates[0])
-            h = ops.cast(self.ffn_norm(x, padding_mask=padding_mask, training=training), dtype)
+            h = self._normalize(self.ffn_norm, x, padding_mask, training)
             x = self._add(x, self.ffn(h, training=training), gates[1])
         else:
-            x = self._add(x, self._attend(x, training), gates[0])
-            x = normed = ops.cast(self.attention_norm(x, padding_mask=padding_mask, training=training), dtype)
+            x = norm_input = self._add(x, self._attend(x, training), gates[0])
+            x = normed = self._normalize(self.attention_norm, x, padding_mask, training)
             x = self._add(x, self.ffn(x, training=training), gates[1])
-            x = ops.cast(self.ffn_norm(x, padding_mask=padding_mask, training=training), dtype)
-        return (x, normed) if return_normed else x
+            x = self._normalize(self.ffn_norm, x, padding_mask, training)
+        if return_internals:
+            return x, {"norm_input": norm_input, "normed": normed}
+        return x
 
     def get_config(self):
         return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,

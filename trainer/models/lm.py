@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from trainer.models.block import INIT, Block
+from trainer.models.block import Block, normal_init
 from trainer.models.norms import make_norm
 
 
@@ -13,9 +13,11 @@ from trainer.models.norms import make_norm
 class CausalLM(keras.Model):
     """Next-token predictor whose norm, placement and residual come from the config.
 
-    ``call(tokens, padding_mask)`` with tokens (B, T) int and padding_mask (B, T) returns float32 logits
-    (B, T, vocab). With ``return_hidden=True`` it also returns, per block, the residual stream
-    after the block and the output of the block's first norm — what the telemetry measures.
+    ``call(tokens, padding_mask)`` with tokens (B, T) int and padding_mask (B, T) returns float32
+    logits (B, T, vocab). Padding must be on the right: attention is causal only, so a real token
+    never sees a later pad, but it would see an earlier (left) one. With ``return_hidden=True``
+    it also returns, per block, the residual stream after the block and the output of the
+    block's first norm — what the telemetry measures.
     """
 
     def __init__(self, vocab_size: int, max_len: int, num_layers: int = 4, dim: int = 128,
@@ -29,9 +31,9 @@ class CausalLM(keras.Model):
                                norm=norm, placement=placement, residual=str(residual).lower(),
                                norm_epsilon=norm_epsilon, bn_momentum=bn_momentum,
                                dyt_alpha=dyt_alpha)
-        self.token_embedding = keras.layers.Embedding(vocab_size, dim, embeddings_initializer=INIT,
+        self.token_embedding = keras.layers.Embedding(vocab_size, dim, embeddings_initializer=normal_init(),
                                                       name="token_embedding")
-        self.position_embedding = keras.layers.Embedding(max_len, dim, embeddings_initializer=INIT,
+        self.position_embedding = keras.layers.Embedding(max_len, dim, embeddings_initializer=normal_init(),
                                                          name="position_embedding")
         self.embedding_dropout = keras.layers.Dropout(dropout)
         self.blocks = [Block(**self.block_args, name=f"block_{i}") for i in range(num_layers)]
@@ -39,7 +41,7 @@ class CausalLM(keras.Model):
         self.final_norm = make_norm(norm if placement == "pre" else "none", epsilon=norm_epsilon,
                                     momentum=bn_momentum, dyt_alpha=dyt_alpha,
                                     name_prefix="final_norm")
-        self.head = keras.layers.Dense(vocab_size, kernel_initializer=INIT, dtype="float32",
+        self.head = keras.layers.Dense(vocab_size, kernel_initializer=normal_init(), dtype="float32",
                                        name="head")
 
     def build(self, input_shape):
@@ -59,8 +61,9 @@ class CausalLM(keras.Model):
         x = self.embedding_dropout(x, training=training)  # (B, T, C)
         hidden = []
         for block in self.blocks:
-            x, normed = block(x, padding_mask=padding_mask, training=training, return_normed=True)
-            hidden.append({"stream": x, "normed": normed})
+            x, internals = block(x, padding_mask=padding_mask, training=training,
+                                 return_internals=True)
+            hidden.append({"stream": x, **internals})
         x = self.final_norm(x, padding_mask=padding_mask, training=training)
         logits = self.head(ops.cast(x, "float32"))  # (B, T, V), float32 for a stable softmax
         return (logits, hidden) if return_hidden else logits

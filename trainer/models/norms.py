@@ -1,6 +1,6 @@
 """The normalization registry: one name -> one Keras layer.
 
-Every norm is called as ``norm(x, padding_mask=padding_mask, training=training)`` with ``x`` of shape (B, T, C)
+Every norm is called as ``norm(x, padding_mask=mask, training=training)`` with ``x`` (B, T, C)
 and ``mask`` (B, T) float (1 = real token, 0 = pad). Token-wise norms ignore the mask because they
 never look at other tokens; the batch norms differ exactly in what they do with it:
 
@@ -220,7 +220,7 @@ class MaskedBatchNorm(_Norm):
         cancels catastrophically in float32 when the residual stream has a large mean.
         """
         x = ops.cast(x, "float32")
-        w = ops.ones(ops.shape(x)[:2])
+        w = ops.ones(ops.shape(x)[:2]) if mask is None else ops.cast(mask, "float32")
         w = w[..., None]  # (B, T, 1)
         sums = self._sum_over_replicas(
             ops.concatenate([ops.sum(w, axis=(0, 1)), ops.sum(w * x, axis=(0, 1))]))
