@@ -25,6 +25,10 @@ from tqdm.auto import tqdm
 from trainer.config import ConfigError, load_config
 
 
+# Run and sweep names become directory names: no separators, no leading dot, so no escaping.
+SAFE_NAME = re.compile(r"[\w,=+-][\w.,=+-]*")
+
+
 @dataclass
 class SweepSpec:
     base: str = "../base.yaml"  # experiment config every variant extends (relative to the spec)
@@ -51,9 +55,11 @@ def load_spec(path: str | os.PathLike) -> tuple[SweepSpec, Path]:
     raw = _raw(path)
     try:
         spec = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SweepSpec), raw))
-    except OmegaConfBaseException as e:
+    except (OmegaConfBaseException, TypeError, ValueError) as e:  # OmegaConf raises all three
         raise ConfigError(f"{path}: malformed sweep spec: {str(e).splitlines()[0]}") from None
     base = (path.parent / spec.base).resolve()
+    if spec.name is not None and not SAFE_NAME.fullmatch(spec.name):
+        raise ConfigError(f"{path}: sweep name '{spec.name}' must be a plain directory name")
     if not spec.grid:
         raise ConfigError(f"{path}: a sweep needs a non-empty 'grid:'")
     for key, values in spec.grid.items():
@@ -85,7 +91,7 @@ def expand_variants(spec: SweepSpec) -> list[Variant]:
         base_name = ",".join(f"{label}={_fmt(v)}" for label, v in zip(labels, values))
         for seed in spec.seeds:
             name = base_name + (f",seed={seed}" if len(spec.seeds) > 1 else "")
-            if not re.fullmatch(r"[\w.,=+-]+", name):
+            if not SAFE_NAME.fullmatch(name):
                 raise ConfigError(f"grid values make an unsafe run name '{name}'")
             overrides = [*spec.overrides, *(f"{k}={_fmt(v)}" for k, v in assignment.items()),
                          f"train.seed={seed}"]
@@ -98,6 +104,8 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     """Run every variant of the sweep into ``out_dir`` and write its summary table."""
     from trainer.data import prepare
     from trainer.results.summarize import summarize
+    from trainer.telemetry.tensorboard import write_hparams_config
+    from trainer.train.loop import HPARAM_KEYS
 
     spec, base = load_spec(spec_path)
     name = spec.name or Path(spec_path).stem
@@ -106,6 +114,7 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     # Validate every variant before anything runs, so a typo fails the sweep up front.
     configs = [load_config(base, [*v.overrides, *extra]) for v in variants]
     root.mkdir(parents=True, exist_ok=True)
+    write_hparams_config(root, [k.split(".")[-1] for k in HPARAM_KEYS])
     prepare(configs[0].data)  # build the dataset/tokenizer cache once, not in N processes
 
     def launch(variant: Variant) -> tuple[str, int]:

@@ -14,6 +14,11 @@ def block_grad_norms(grads, group_idx):
     return tf.stack([tf.linalg.global_norm([grads[i] for i in idx]) for idx in group_idx])
 
 
+def update_ratio(deltas, before):
+    """||parameter update|| / ||parameters||: how far one step moves the weights, relatively."""
+    return tf.linalg.global_norm(deltas) / (tf.linalg.global_norm(before) + 1e-12)
+
+
 def token_moments(x, mask):
     """Per-token mean and std over features, and rms, each averaged over real tokens only."""
     x = tf.cast(x, tf.float32)

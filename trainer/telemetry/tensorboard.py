@@ -11,13 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
+from tensorboard.compat.proto import event_pb2
 from tensorboard.plugins.custom_scalar import layout_pb2, summary as cs_summary
 from tensorboard.plugins.hparams import api as hp
 
 # Final values the HParams table shows, as (writer group, tag).
-HPARAM_METRICS = (("eval", "loss"), ("eval", "perplexity"), ("train", "loss"),
-                  ("train", "grad_norm/global"), ("eval", "probe/batch_invariance"),
-                  ("eval", "loss_train_mode"))
+HPARAM_METRICS = (("eval", "loss"), ("eval", "final/best_eval_loss"), ("eval", "loss_train_mode"),
+                  ("eval", "final/diverged_step"), ("eval", "final/max_grad_norm"),
+                  ("train", "loss"), ("eval", "probe/batch_invariance"),
+                  ("eval", "probe/token_cosine/block_0"))
 
 
 def expand(metrics: dict) -> dict[str, float]:
@@ -67,6 +69,34 @@ class RunWriters:
     def close(self) -> None:
         for w in self.writers.values():
             w.close()
+
+
+def truncate_events(log_dir: Path, keep_below: int) -> None:
+    """Drop events at steps >= ``keep_below`` from a directory's event files (resume).
+
+    A run killed after its last checkpoint wrote curves for steps it will redo; keeping them
+    would show those steps twice. The kept events are rewritten into one file that replaces the
+    old ones (written to a temp name first, so a crash here loses nothing).
+    """
+    files = sorted(Path(log_dir).glob("events.out.tfevents.*"))
+    if not files:
+        return
+    kept, dropped = [], 0
+    for record in tf.data.TFRecordDataset([str(f) for f in files]):
+        event = event_pb2.Event.FromString(record.numpy())
+        if event.HasField("summary") and event.step >= keep_below:
+            dropped += 1
+        else:
+            kept.append(record.numpy())
+    if not dropped:
+        return
+    tmp = files[0].with_name(f".{files[0].name}.tmp")  # outside the events.out.* glob
+    with tf.io.TFRecordWriter(str(tmp)) as writer:
+        for record in kept:
+            writer.write(record)
+    tmp.replace(files[0])
+    for f in files[1:]:
+        f.unlink()
 
 
 def write_hparams_config(root: Path, hparam_names: list[str]) -> None:

@@ -19,8 +19,9 @@ from tqdm.auto import tqdm
 
 from trainer.data import prepare
 from trainer.models import build_model
-from trainer.telemetry.tensorboard import RunWriters, expand
-from trainer.train.rundir import collect_meta, open_run_dir, read_json, write_json
+from trainer.telemetry.probes import ProbeBatch, frozen_state, run_probes
+from trainer.telemetry.tensorboard import RunWriters, expand, truncate_events
+from trainer.train.rundir import collect_meta, inspect_run_dir, read_json, run_lock, write_json
 from trainer.train.step import make_eval_step, make_train_step
 from trainer.train.strategy import make_strategy
 
@@ -63,12 +64,8 @@ def evaluate(eval_step, batches) -> float:
 
 def evaluate_train_mode(model, eval_step, batches) -> float:
     """Eval loss with BN in training mode; running statistics are restored afterwards."""
-    saved = [v.numpy() for v in model.non_trainable_variables]
-    try:
+    with frozen_state(model):
         return evaluate(eval_step, batches)
-    finally:
-        for v, value in zip(model.non_trainable_variables, saved):
-            v.assign(value)
 
 
 def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bool = True) -> dict:
@@ -78,19 +75,22 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
     result (status "diverged"), not an exception.
     """
     run_dir = Path(run_dir)
-    state = open_run_dir(run_dir, cfg)
+    state = inspect_run_dir(run_dir, cfg)
     if state == "completed":
         return read_json(run_dir / "summary.json")
     t = cfg.train
+    # Data problems surface before anything is written: no half run dir that looks like a result.
+    corpus = prepare(cfg.data, seed=t.seed)
+    with run_lock(run_dir, cfg):
+        if inspect_run_dir(run_dir, cfg) == "completed":  # finished while we waited for data
+            return read_json(run_dir / "summary.json")
+        return _train(cfg, run_dir, corpus, argv, progress)
+
+
+def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
+    t = cfg.train
     keras.utils.set_random_seed(t.seed)
     tf.config.experimental.enable_op_determinism()
-
-    corpus = prepare(cfg.data, seed=t.seed)
-    data_info = {"dataset_fingerprint": corpus.fingerprint, "tokenizer_hash": corpus.tokenizer_hash,
-                 "data_stats": corpus.stats()}
-    meta = collect_meta(cfg, argv if argv is not None else sys.argv, data_info)
-    write_json(run_dir / "meta.json", meta)
-
     strategy = make_strategy(cfg.runtime.strategy)
     if strategy.num_replicas_in_sync > 1:
         raise NotImplementedError("multi-replica training is not supported yet")
@@ -101,9 +101,17 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
     step_var = tf.Variable(0, dtype=tf.int64, name="step")
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
     manager = tf.train.CheckpointManager(ckpt, str(run_dir / "checkpoints"), max_to_keep=2)
-    if state == "resume" and manager.latest_checkpoint:
+    if manager.latest_checkpoint:
         ckpt.restore(manager.latest_checkpoint).assert_existing_objects_matched()
     start = int(step_var.numpy())
+    if start == 0:
+        data_info = {"dataset_fingerprint": corpus.fingerprint,
+                     "tokenizer_hash": corpus.tokenizer_hash, "data_stats": corpus.stats()}
+        write_json(run_dir / "meta.json",
+                   collect_meta(cfg, argv if argv is not None else sys.argv, data_info))
+    # Curves past the checkpoint belong to work that is about to be redone.
+    truncate_events(run_dir / "train", keep_below=start)
+    truncate_events(run_dir / "eval", keep_below=start + 1)
 
     xla = cfg.runtime.xla
     train_step = make_train_step(model, optimizer, clip_norm=t.clip_norm,
@@ -121,17 +129,24 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
     best = history.get("best_eval_loss", math.inf)
     max_grad = history.get("max_grad_norm", 0.0)
     last_eval = history.get("final_eval_loss")
+    last_probes = history.get("probes", {})
     status, diverged_step, last_finite = "completed", None, history.get("last_finite", {})
     real_tokens = padded_tokens = 0.0
     timed = 0.0
     window_tokens = window_time = 0.0
 
+    probe = ProbeBatch(eval_batches, corpus.max_len)
+
     def run_eval(step: int) -> None:
-        nonlocal best, last_eval
+        nonlocal best, last_eval, last_probes
         loss = evaluate(eval_step, eval_batches)
         train_mode = evaluate_train_mode(model, eval_step_train_mode, eval_batches)
         scalars = {"loss": loss, "perplexity": math.exp(min(loss, 50.0)),
                    "loss_train_mode": train_mode}
+        if cfg.runtime.telemetry:
+            last_probes, histograms = run_probes(model, probe)
+            scalars.update(last_probes)
+            writers.histograms("eval", histograms, step)
         writers.write("eval", scalars, step)
         last_eval = loss
         if math.isfinite(loss):
@@ -180,8 +195,12 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
             manager.save(checkpoint_number=done)
             write_json(run_dir / "progress.json",
                        {"step": done, "best_eval_loss": best, "max_grad_norm": max_grad,
-                        "final_eval_loss": last_eval, "last_finite": last_finite})
+                        "final_eval_loss": last_eval, "last_finite": last_finite,
+                        "probes": last_probes})
     bar.close()
+    final = {"final/best_eval_loss": best, "final/max_grad_norm": max_grad,
+             "final/diverged_step": -1 if diverged_step is None else diverged_step}
+    writers.write("eval", final, t.steps)
     writers.close()
 
     stats = corpus.stats()
@@ -193,6 +212,7 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
         "best_eval_loss": best if math.isfinite(best) else None,
         "last_finite": last_finite,
         "max_grad_norm": max_grad,
+        "probes": last_probes,
         "tokens_per_sec": real_tokens / timed if timed else None,
         "padded_tokens_per_sec": padded_tokens / timed if timed else None,
         "pad_fraction": stats["pad_fraction"],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import platform
@@ -49,27 +51,46 @@ def read_json(path: Path) -> dict:
         return {}
 
 
-def open_run_dir(run_dir: Path, cfg) -> str:
-    """Create ``run_dir`` for ``cfg`` or accept it for resuming.
+def inspect_run_dir(run_dir: Path, cfg) -> str:
+    """What ``run_dir`` holds for ``cfg``: "new", "resume" (same config, unfinished) or
+    "completed" (same config, finished or diverged). Reads only.
 
-    Returns "new", "resume" (same config, unfinished) or "completed" (same config, done).
     A directory holding a different config is refused: its results must not be mixed.
     """
     run_dir = Path(run_dir)
     saved = run_dir / "config.yaml"
-    if saved.exists():
-        if OmegaConf.load(saved) != OmegaConf.create(to_yaml(cfg)):
-            raise RunDirError(
-                f"{run_dir} holds a run with a different config; rerun with the config in "
-                f"{saved} to resume it, or choose a new --workdir")
-        status = read_json(run_dir / "summary.json").get("status")
-        return "completed" if status in ("completed", "diverged") else "resume"
+    if not saved.exists():
+        return "new"
+    if OmegaConf.load(saved) != OmegaConf.create(to_yaml(cfg)):
+        raise RunDirError(
+            f"{run_dir} holds a run with a different config; rerun with --config {saved} to "
+            f"resume it, or choose a new --workdir")
+    status = read_json(run_dir / "summary.json").get("status")
+    return "completed" if status in ("completed", "diverged") else "resume"
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path, cfg):
+    """Create ``run_dir`` (saving the resolved config) and hold an exclusive lock on it.
+
+    A second process asked to write the same run (two sweeps over one results dir) is refused
+    instead of interleaving its checkpoints and curves with the first one's.
+    """
+    run_dir = Path(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_atomic(saved, to_yaml(cfg))
+        lock = open(run_dir / ".lock", "a+")
     except OSError as e:
         raise RunDirError(f"cannot write the run directory {run_dir}: {e.strerror}") from None
-    return "new"
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise RunDirError(f"{run_dir} is being written by another process; wait for it or "
+                              f"choose a new --workdir") from None
+        if not (run_dir / "config.yaml").exists():
+            write_atomic(run_dir / "config.yaml", to_yaml(cfg))
+        yield run_dir
 
 
 def _git(*args: str) -> str:

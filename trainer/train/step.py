@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from trainer.telemetry.stats import block_grad_norms, stream_stats
+from trainer.telemetry.stats import block_grad_norms, stream_stats, update_ratio
 
 
 def masked_loss(logits, targets, mask):
@@ -21,16 +21,13 @@ def masked_loss(logits, targets, mask):
     return tf.reduce_sum(ce), tf.reduce_sum(mask)
 
 
-def _block_variable_groups(model):
-    return [block.trainable_variables for block in model.blocks]
-
-
 def make_train_step(model, optimizer, *, clip_norm: float, telemetry: bool, xla: bool):
     """Return ``step(batch) -> metrics``: forward, backward, clip, AdamW update, statistics."""
     variables = model.trainable_variables
-    groups = _block_variable_groups(model)
     index = {id(v): i for i, v in enumerate(variables)}
-    group_idx = [[index[id(v)] for v in g] for g in groups]
+    group_idx = [[index[id(v)] for v in block.trainable_variables] for block in model.blocks]
+    # The FFN output kernel of each block: Xiong et al. (2020) read Pre/Post-LN off its gradient.
+    ffn_out_idx = [[index[id(block.ffn.out.kernel)]] for block in model.blocks]
 
     def step(batch):
         with tf.GradientTape() as tape:
@@ -50,9 +47,13 @@ def make_train_step(model, optimizer, *, clip_norm: float, telemetry: bool, xla:
             before = [tf.identity(v) for v in variables]
         optimizer.apply_gradients(zip(grads, variables))
         if telemetry:
-            delta = tf.linalg.global_norm([v - b for v, b in zip(variables, before)])
-            metrics["update_ratio/global"] = delta / (tf.linalg.global_norm(before) + 1e-12)
+            deltas = [v - b for v, b in zip(variables, before)]
+            metrics["update_ratio/global"] = update_ratio(deltas, before)
+            metrics["update_ratio/{block}"] = tf.stack(
+                [update_ratio([deltas[i] for i in idx], [before[i] for i in idx])
+                 for idx in group_idx])
             metrics["grad_norm/{block}"] = block_grad_norms(grads, group_idx)
+            metrics["grad_norm/ffn_out/{block}"] = block_grad_norms(grads, ffn_out_idx)
             metrics.update(stream_stats(hidden, batch["mask"]))
         return metrics
 

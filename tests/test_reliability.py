@@ -1,0 +1,158 @@
+"""Reliability: exact resume after SIGKILL, divergence as a result, bad input as one clear line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY
+from trainer.config import load_config
+from trainer.results.events import read_scalars
+from trainer.sweep import expand_variants, load_spec
+from trainer.train.loop import run_training
+from trainer.train.rundir import RunDirError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "trainer", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _one_error_line(proc) -> str:
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
+    overrides = [*TINY, "train.steps=30", "train.checkpoint_every=3", "train.eval_every=5"]
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    cmd = [sys.executable, "-m", "trainer", "train", "--quiet", "--workdir", str(killed), *overrides]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while not (killed / "checkpoints" / "ckpt-6.index").exists():
+        assert proc.poll() is None and time.time() < deadline, "run ended before the kill"
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "summary.json").exists(), "the kill came too late to test resuming"
+
+    assert subprocess.run(cmd, cwd=ROOT, capture_output=True).returncode == 0
+    assert _cli("train", "--quiet", "--workdir", str(clean), *overrides).returncode == 0
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (killed, clean))
+    for key in ("status", "steps", "final_eval_loss", "best_eval_loss", "max_grad_norm", "probes"):
+        assert a[key] == b[key], key
+    for group in ("train", "eval"):
+        ka, kb = read_scalars(killed / group), read_scalars(clean / group)
+        assert ka.keys() == kb.keys()
+        for tag in ka:
+            if tag != "tokens_per_sec":  # wall-clock, not a result
+                assert ka[tag] == kb[tag], (group, tag)
+    # no duplicated steps in the raw event records either (TensorBoard shows each step once)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(killed / "train"), size_guidance={"tensors": 0})
+    acc.Reload()
+    steps = [e.step for e in acc.Tensors("loss")]
+    assert steps == sorted(set(steps)) == list(range(30))
+
+
+def test_forced_divergence_is_a_result(tmp_path):
+    cfg = load_config(None, [*TINY, "model.norm=none", "model.residual=false", "train.lr=1e6",
+                             "train.clip_norm=0", "train.warmup_steps=0", "train.steps=12",
+                             "train.checkpoint_every=1"])
+    summary = run_training(cfg, tmp_path / "div", argv=["test"], progress=False)
+    assert summary["status"] == "diverged"
+    step = summary["diverged_step"]
+    assert 0 < step < 12 and summary["last_finite"]["step"] == step - 1
+    assert summary["final_eval_loss"] is None
+    # the last finite checkpoint is kept, nothing after it
+    ckpts = sorted(int(p.stem.split("-")[1]) for p in (tmp_path / "div/checkpoints").glob("*.index"))
+    assert ckpts[-1] == step
+    # rerunning a diverged run is a no-op that returns the same result
+    assert run_training(cfg, tmp_path / "div", argv=["test"], progress=False) == summary
+
+
+def test_loss_upper_bound_counts_as_divergence(tmp_path):
+    cfg = load_config(None, [*TINY, "train.loss_upper_bound=1.0"])
+    summary = run_training(cfg, tmp_path / "r", argv=["test"], progress=False)
+    assert summary["status"] == "diverged" and summary["diverged_step"] == 0
+
+
+def test_run_dir_with_other_config_is_refused(tmp_path):
+    cfg = load_config(None, TINY)
+    run_training(cfg, tmp_path / "r", argv=["test"], progress=False)
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "r").rglob("*") if p.is_file()}
+    other = load_config(None, [*TINY, "model.norm=batch"])
+    with pytest.raises(RunDirError, match="different config.*--workdir"):
+        run_training(other, tmp_path / "r", argv=["test"], progress=False)
+    after = {p: p.stat().st_mtime_ns for p in (tmp_path / "r").rglob("*") if p.is_file()}
+    assert before == after  # nothing overwritten
+
+
+@pytest.mark.parametrize("make_args,fragment", [
+    (lambda d: ["data.source=files", f"data.files={d}/missing.txt"], "not found"),
+    (lambda d: ["data.source=files", f"data.files={d}/latin1.txt"], "latin1.txt"),
+    (lambda d: ["data.source=files", f"data.files={d}/blank.txt"], "empty"),
+    (lambda d: ["data.source=files", "data.format=json", f"data.files={d}/rows.jsonl",
+                "data.text_column=body"], "body"),
+    (lambda d: ["model.residual=rezero", "model.placement=post"], "rezero"),
+    (lambda d: ["data.vocab_size=100"], "vocab_size"),
+])
+def test_bad_input_cli_one_line_nothing_written(tmp_path, make_args, fragment):
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 cr\xe8me br\xfbl\xe9e\n".encode("latin-1") * 50)
+    (tmp_path / "blank.txt").write_text("\n   \n\n")
+    (tmp_path / "rows.jsonl").write_text('{"text": "hello world"}\n' * 20)
+    workdir = tmp_path / "run"
+    line = _one_error_line(_cli("train", "--workdir", str(workdir), *TINY, *make_args(tmp_path)))
+    assert fragment in line
+    assert not workdir.exists()
+
+
+def test_unwritable_results_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where a directory should be")
+    line = _one_error_line(_cli("train", "--workdir", str(blocker / "run"), *TINY))
+    assert "cannot write" in line
+
+
+def test_locked_run_dir_is_refused(tmp_path):
+    import fcntl
+
+    cfg = load_config(None, TINY)
+    run = tmp_path / "r"
+    run.mkdir()
+    with open(run / ".lock", "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        with pytest.raises(RunDirError, match="another process"):
+            run_training(cfg, run, argv=["test"], progress=False)
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("grid: [1, 2]\n", "malformed"),
+    ("base: ../base.yaml\ngrid: {}\n", "non-empty 'grid:'"),
+    ("grid:\n  model.norm: layer\n", "malformed"),
+    ("grid:\n  model.norm: []\n", "non-empty list"),
+    ("- just\n- a list\n", "mapping"),
+    ("grid:\n  model.norm: [layer]\nsedes: [0]\n", "malformed"),
+    ("grid:\n  model.norm: [layer]\nname: ../../escape\n", "name"),
+    ("grid:\n  model.norm: ['../../x']\n", "unsafe"),
+])
+def test_malformed_sweep_spec(tmp_path, text, fragment):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text)
+    with pytest.raises(Exception, match=fragment):
+        expand_variants(load_spec(spec)[0])
+    line = _one_error_line(_cli("sweep", "--config", str(spec), "--out", str(tmp_path / "out")))
+    assert fragment in line
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,90 @@
+"""Evaluation-time probes of the claims the lab exists to show.
+
+- batch invariance: a fixed sequence's logits alone vs batched with others and extra padding
+  (LayerNorm-like norms: 0; BatchNorm in training mode: > 0);
+- token cosine per block: mean pairwise cosine of a sequence's token vectors (-> 1: rank collapse);
+- BN statistic drift per block: |batch moments - running moments| of each block's first norm.
+
+Probes run eagerly on one small fixed batch (a few ms) so they add no compiled shapes, and any
+training-mode call restores the running statistics it touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import tensorflow as tf
+
+from trainer.models import BATCH_NORMS
+
+
+class ProbeBatch:
+    """A fixed probe: sequence ``alone`` (1, n) and the same sequence inside ``crowd`` (B, L)."""
+
+    def __init__(self, eval_batches: list[dict], max_len: int, crowd_size: int = 8):
+        rows = [(b["inputs"][r], int(b["mask"][r].sum())) for b in eval_batches
+                for r in range(b["inputs"].shape[0]) if b["mask"][r].sum() >= 4]
+        if not rows:
+            raise ValueError("no validation sequence long enough for the probes")
+        seq, n = rows[0]
+        self.n = n = min(n, max(max_len // 2, 4))
+        self.alone = {"inputs": seq[None, :n].astype(np.int32), "mask": np.ones((1, n), np.float32)}
+        crowd = np.zeros((crowd_size, max_len), np.int32)
+        mask = np.zeros((crowd_size, max_len), np.float32)
+        crowd[0, :n], mask[0, :n] = seq[:n], 1.0  # row 0: the probe plus (max_len - n) pads
+        for i, (other, m) in enumerate(rows[1:crowd_size], start=1):
+            m = min(m, max_len)
+            crowd[i, :m], mask[i, :m] = other[:m], 1.0
+        self.crowd = {"inputs": crowd, "mask": mask}
+
+
+@contextlib.contextmanager
+def frozen_state(model):
+    """Run training-mode calls without keeping their side effects on running statistics."""
+    saved = [v.numpy() for v in model.non_trainable_variables]
+    try:
+        yield
+    finally:
+        for v, value in zip(model.non_trainable_variables, saved):
+            v.assign(value)
+
+
+def batch_invariance(model, probe: ProbeBatch, training: bool) -> float:
+    """max |logits(alone) - logits(in the crowd)| over the probe's real positions."""
+    with frozen_state(model):
+        alone = model(probe.alone["inputs"], padding_mask=probe.alone["mask"], training=training)
+        crowd = model(probe.crowd["inputs"], padding_mask=probe.crowd["mask"], training=training)
+    return float(tf.reduce_max(tf.abs(alone[0] - crowd[0, :probe.n])))
+
+
+def mean_pairwise_cosine(x, mask) -> float:
+    """Mean cosine over pairs of distinct real tokens of the same sequence, averaged over rows."""
+    x = np.asarray(x, np.float64)
+    mask = np.asarray(mask, np.float64)
+    unit = x / (np.linalg.norm(x, axis=-1, keepdims=True) + 1e-12) * mask[..., None]
+    n = mask.sum(-1)
+    total = np.square(np.linalg.norm(unit.sum(1), axis=-1))  # sum over all ordered pairs + n
+    valid = n > 1
+    return float(np.mean((total[valid] - n[valid]) / (n[valid] * (n[valid] - 1))))
+
+
+def run_probes(model, probe: ProbeBatch) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """All probe scalars (eval/ tags) and per-block activation histograms."""
+    scalars = {"probe/batch_invariance": batch_invariance(model, probe, training=True),
+               "probe/batch_invariance_inference": batch_invariance(model, probe, training=False)}
+    mask = probe.crowd["mask"]
+    _, hidden = model(probe.crowd["inputs"], padding_mask=mask, training=False, return_hidden=True)
+    real = mask.astype(bool)
+    histograms = {}
+    for i, (h, block) in enumerate(zip(hidden, model.blocks)):
+        stream = h["stream"].numpy()
+        scalars[f"probe/token_cosine/block_{i}"] = mean_pairwise_cosine(stream, mask)
+        histograms[f"activation/block_{i}"] = stream[real]
+        if block.norm in BATCH_NORMS:
+            norm = block.attention_norm
+            mean, var = norm.moments(h["norm_input"], mask)
+            run_mean, run_var = norm.running_moments
+            scalars[f"probe/bn_stat_drift/block_{i}"] = float(tf.reduce_mean(tf.abs(mean - run_mean)))
+            scalars[f"probe/bn_var_drift/block_{i}"] = float(tf.reduce_mean(tf.abs(var - run_var)))
+    return scalars, histograms
