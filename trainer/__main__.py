@@ -1,4 +1,4 @@
-"""Command line: ``python -m trainer {train,sweep,summarize} ...`` (kept thin on purpose)."""
+"""Command line: ``python -m trainer {train,sweep,summarize,reproduce,bench}`` (kept thin on purpose)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,18 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--parallel", type=int, default=1, help="variants run at once")
     sweep.add_argument("overrides", nargs="*", help="dotted overrides applied to every variant")
 
-    summ = sub.add_parser("summarize", help="tables from a results directory")
+    summ = sub.add_parser("summarize", help="tables and plots from a results directory")
     summ.add_argument("results_dir")
+
+    rep = sub.add_parser("reproduce", help="rerun a run from its saved config and compare")
+    rep.add_argument("run_dir")
+    rep.add_argument("--out", help="where the rerun goes (default: <run_dir>.reproduce)")
+
+    bench = sub.add_parser("bench", help="performance report as JSON")
+    bench.add_argument("--config", default="configs/base.yaml", help="experiment YAML")
+    bench.add_argument("--out", default="bench.json", help="JSON report path")
+    bench.add_argument("--steps", type=int, default=30, help="timed steps per measurement")
+    bench.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.dim=256")
     return p
 
 
@@ -60,6 +70,14 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"results directory not found: {root}")
             summarize(root)
             print((root / "summary.md").read_text())
+        elif args.command == "reproduce":
+            from trainer.results.reproduce import reproduce
+
+            return reproduce(Path(args.run_dir), args.out)
+        elif args.command == "bench":
+            from trainer.bench import bench
+
+            bench(args.config, args.overrides, Path(args.out), args.steps)
     except (ConfigError, DataError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -129,6 +129,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
     best = history.get("best_eval_loss", math.inf)
     max_grad = history.get("max_grad_norm", 0.0)
     last_eval = history.get("final_eval_loss")
+    last_train_mode = history.get("final_eval_loss_train_mode")
     last_probes = history.get("probes", {})
     status, diverged_step, last_finite = "completed", None, history.get("last_finite", {})
     real_tokens = padded_tokens = 0.0
@@ -138,7 +139,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
     probe = ProbeBatch(eval_batches, corpus.max_len)
 
     def run_eval(step: int) -> None:
-        nonlocal best, last_eval, last_probes
+        nonlocal best, last_eval, last_train_mode, last_probes
         loss = evaluate(eval_step, eval_batches)
         train_mode = evaluate_train_mode(model, eval_step_train_mode, eval_batches)
         scalars = {"loss": loss, "perplexity": math.exp(min(loss, 50.0)),
@@ -148,7 +149,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
             scalars.update(last_probes)
             writers.histograms("eval", histograms, step)
         writers.write("eval", scalars, step)
-        last_eval = loss
+        last_eval, last_train_mode = loss, train_mode
         if math.isfinite(loss):
             best = min(best, loss)
 
@@ -195,7 +196,8 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
             manager.save(checkpoint_number=done)
             write_json(run_dir / "progress.json",
                        {"step": done, "best_eval_loss": best, "max_grad_norm": max_grad,
-                        "final_eval_loss": last_eval, "last_finite": last_finite,
+                        "final_eval_loss": last_eval, "final_eval_loss_train_mode": last_train_mode,
+                        "last_finite": last_finite,
                         "probes": last_probes})
     bar.close()
     final = {"final/best_eval_loss": best, "final/max_grad_norm": max_grad,
@@ -209,6 +211,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
         "steps": (diverged_step if status == "diverged" else t.steps),
         "diverged_step": diverged_step,
         "final_eval_loss": last_eval if status == "completed" else None,
+        "final_eval_loss_train_mode": last_train_mode if status == "completed" else None,
         "best_eval_loss": best if math.isfinite(best) else None,
         "last_finite": last_finite,
         "max_grad_norm": max_grad,

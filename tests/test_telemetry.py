@@ -1,0 +1,161 @@
+"""Telemetry: every contract tag exists with sane values, probes tell LN from BN, HParams parse."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+from tests.conftest import TINY
+from trainer.config import load_config
+from trainer.results.events import read_scalars
+from trainer.telemetry.probes import mean_pairwise_cosine
+from trainer.train.loop import run_training
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = 2
+TRAIN_TAGS = ["loss", "learning_rate", "grad_norm/global", "update_ratio/global", "nonfinite",
+              "tokens_per_sec", "pad_fraction"] + [
+    f"{family}/block_{i}/{stat}" for i in range(LAYERS)
+    for family in ("activation", "activation_normed") for stat in ("rms", "token_mean", "token_std")
+] + [f"{tag}/block_{i}" for i in range(LAYERS)
+     for tag in ("grad_norm", "grad_norm/ffn_out", "update_ratio")]
+EVAL_TAGS = ["loss", "perplexity", "loss_train_mode", "probe/batch_invariance",
+             "probe/batch_invariance_inference"] + [
+    f"probe/token_cosine/block_{i}" for i in range(LAYERS)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("telemetry")
+    out = {}
+    for norm in ("layer", "batch"):
+        cfg = load_config(None, [*TINY, f"model.num_layers={LAYERS}", f"model.norm={norm}"])
+        run_training(cfg, root / f"norm={norm}", argv=["test"], progress=False)
+        out[norm] = root / f"norm={norm}"
+    return out
+
+
+@pytest.mark.parametrize("norm", ["layer", "batch"])
+def test_required_tags_exist_and_are_finite(runs, norm):
+    train, ev = read_scalars(runs[norm] / "train"), read_scalars(runs[norm] / "eval")
+    bn_tags = [f"probe/bn_stat_drift/block_{i}" for i in range(LAYERS)]
+    for tag in TRAIN_TAGS:
+        assert tag in train, tag
+        assert all(math.isfinite(v) for _, v in train[tag]), tag
+    for tag in EVAL_TAGS + (bn_tags if norm == "batch" else []):
+        assert tag in ev, tag
+        assert all(math.isfinite(v) for _, v in ev[tag]), tag
+    if norm == "layer":
+        assert not any(t.startswith("probe/bn_stat_drift") for t in ev)
+    assert all(v == 0.0 for _, v in train["nonfinite"])
+    for tag in [t for t in train if t.startswith(("grad_norm", "update_ratio", "activation"))
+                and not t.endswith("token_mean")]:
+        # the learning rate warms up from 0, so step 0 moves nothing
+        first = 1 if tag.startswith("update_ratio") else 0
+        assert all(v > 0 for s, v in train[tag] if s >= first), tag
+    assert train["update_ratio/global"][0][1] == 0.0
+    assert all(0 < v < 1 for _, v in train["update_ratio/global"][1:])
+    for i in range(LAYERS):
+        assert all(-1 <= v <= 1 for _, v in ev[f"probe/token_cosine/block_{i}"])
+
+
+def test_layer_norm_output_is_standardised_per_token(runs):
+    train = read_scalars(runs["layer"] / "train")
+    for i in range(LAYERS):
+        # gamma = 1, beta = 0 at init and barely moved after a few steps
+        assert train[f"activation_normed/block_{i}/token_std"][0][1] == pytest.approx(1.0, abs=0.02)
+        assert abs(train[f"activation_normed/block_{i}/token_mean"][0][1]) < 0.02
+    # the stream itself (embeddings ~ N(0, 0.02)) is far from unit scale: the norm did that
+    assert train["activation/block_0/token_std"][0][1] < 0.5
+
+
+def test_probes_separate_layer_from_batch_norm(runs):
+    ln, bn = read_scalars(runs["layer"] / "eval"), read_scalars(runs["batch"] / "eval")
+    assert max(v for _, v in ln["probe/batch_invariance"]) < 1e-4
+    assert min(v for _, v in bn["probe/batch_invariance"]) > 1e-3
+    for probes in (ln, bn):  # running statistics make inference batch-invariant for both
+        assert max(v for _, v in probes["probe/batch_invariance_inference"]) < 1e-4
+    # LN: train and inference mode are the same function; BN: they are not
+    for (_, a), (_, b) in zip(ln["loss"], ln["loss_train_mode"]):
+        assert a == pytest.approx(b, abs=1e-5)
+    assert any(abs(a - b) > 1e-3 for (_, a), (_, b) in zip(bn["loss"], bn["loss_train_mode"]))
+
+
+def test_activation_histograms_written(runs):
+    acc = EventAccumulator(str(runs["layer"] / "eval"), size_guidance={"tensors": 0})
+    acc.Reload()
+    for i in range(LAYERS):
+        events = acc.Tensors(f"activation/block_{i}")
+        assert len(events) >= 2  # one per evaluation
+
+
+def test_hparams_session_and_layout_per_run(runs):
+    for norm, run in runs.items():
+        acc = EventAccumulator(str(run), size_guidance={"tensors": 0})
+        acc.Reload()
+        content = acc.PluginTagToContent("hparams")
+        sessions = [plugin_data_pb2.HParamsPluginData.FromString(c).session_start_info
+                    for c in content.values()
+                    if plugin_data_pb2.HParamsPluginData.FromString(c).HasField("session_start_info")]
+        assert len(sessions) == 1
+        assert sessions[0].hparams["norm"].string_value == norm
+        assert sessions[0].hparams["num_layers"].number_value == LAYERS
+        assert "custom_scalars__config__" in acc.PluginTagToContent("custom_scalars")
+        raw = acc.Tensors("custom_scalars__config__")[0].tensor_proto.string_val[0]
+        layout = layout_pb2.Layout.FromString(raw)
+        titles = [c.title for cat in layout.category for c in cat.chart]
+        assert "grad_norm" in titles and len(titles) >= 5
+
+
+def test_mean_pairwise_cosine_against_brute_force():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 6, 5))
+    mask = np.array([[1] * 6, [1] * 4 + [0] * 2, [1] * 2 + [0] * 4], float)
+    expect = []
+    for b in range(3):
+        n = int(mask[b].sum())
+        u = x[b, :n] / np.linalg.norm(x[b, :n], axis=-1, keepdims=True)
+        cos = u @ u.T
+        expect.append((cos.sum() - n) / (n * (n - 1)))
+    assert mean_pairwise_cosine(x, mask) == pytest.approx(np.mean(expect), rel=1e-9)
+    same = np.repeat(x[:, :1], 6, axis=1)  # every token the same vector: total collapse
+    assert mean_pairwise_cosine(same, np.ones((3, 6))) == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+def test_sweep_hparams_table_has_one_session_per_run(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"base: {ROOT / 'configs/base.yaml'}\noverrides: {TINY}\n"
+                    "grid:\n  model.norm: [layer, rms]\n  model.residual: [true, false]\n")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "trainer", "sweep", "--config", str(spec),
+                           "--out", str(out), "--parallel", "2"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = sorted(p.name for p in out.iterdir() if (p / "config.yaml").exists())
+    assert runs == ["norm=layer,residual=false", "norm=layer,residual=true",
+                    "norm=rms,residual=false", "norm=rms,residual=true"]
+    sessions = {}
+    for run in runs:
+        acc = EventAccumulator(str(out / run))
+        acc.Reload()
+        for c in acc.PluginTagToContent("hparams").values():
+            data = plugin_data_pb2.HParamsPluginData.FromString(c)
+            if data.HasField("session_start_info"):
+                sessions[run] = dict(data.session_start_info.hparams)
+    assert sorted(sessions) == runs
+    acc = EventAccumulator(str(out))  # the experiment config at the sweep root
+    acc.Reload()
+    experiment = [plugin_data_pb2.HParamsPluginData.FromString(c).experiment
+                  for c in acc.PluginTagToContent("hparams").values()]
+    assert any({h.name for h in e.hparam_infos} >= {"norm", "residual"} for e in experiment)
+    table = (out / "summary.csv").read_text().splitlines()
+    assert len(table) == 1 + len(runs)
