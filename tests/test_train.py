@@ -11,8 +11,12 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
+from tests.conftest import TINY
 from trainer.config import load_config
 from trainer.train.loop import make_schedule, run_training
+
+
+TINY_RUN = [*TINY, "model.num_layers=2"]
 
 
 def _tb_scalars(path):
@@ -29,9 +33,7 @@ def _tb_scalars(path):
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    from tests.conftest import TINY
-
-    cfg = load_config("configs/base.yaml", [*TINY, "model.num_layers=2"])
+    cfg = load_config("configs/base.yaml", TINY_RUN)
     run_dir = tmp_path_factory.mktemp("runs") / "tiny"
     summary = run_training(cfg, run_dir, argv=["test"], progress=False)
     return cfg, run_dir, summary
@@ -94,3 +96,16 @@ def test_same_seed_same_curves(tiny_run, tmp_path):
     a, b = _tb_scalars(run_dir / "train"), _tb_scalars(tmp_path / "again" / "train")
     assert np.array_equal([v for _, v in a["loss"]], [v for _, v in b["loss"]])
     assert np.array_equal([v for _, v in a["grad_norm/global"]], [v for _, v in b["grad_norm/global"]])
+
+
+def test_mixed_precision_run(tiny_run, tmp_path):
+    """bfloat16 compute trains the same model to about the same loss; the policy is restored."""
+    import keras
+
+    cfg, _, summary = tiny_run
+    mixed = load_config("configs/base.yaml", [*TINY_RUN, "runtime.mixed_precision=true"])
+    result = run_training(mixed, tmp_path / "bf16", argv=["test"], progress=False)
+    assert result["status"] == "completed"
+    assert result["final_eval_loss"] == pytest.approx(summary["final_eval_loss"], abs=0.1)
+    assert result["final_eval_loss"] != summary["final_eval_loss"]  # it did run in bf16
+    assert keras.mixed_precision.global_policy().name == "float32"

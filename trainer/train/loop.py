@@ -17,6 +17,7 @@ import tensorflow as tf
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
+from trainer.config import ConfigError
 from trainer.data import prepare
 from trainer.models import build_model
 from trainer.telemetry.probes import ProbeBatch, frozen_state, run_probes
@@ -84,7 +85,14 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
     with run_lock(run_dir, cfg):
         if inspect_run_dir(run_dir, cfg) == "completed":  # finished while we waited for data
             return read_json(run_dir / "summary.json")
-        return _train(cfg, run_dir, corpus, argv, progress)
+        # bfloat16 compute with float32 variables; norms and the head stay float32 (models/).
+        previous = keras.mixed_precision.global_policy()
+        keras.mixed_precision.set_global_policy(
+            "mixed_bfloat16" if cfg.runtime.mixed_precision else "float32")
+        try:
+            return _train(cfg, run_dir, corpus, argv, progress)
+        finally:
+            keras.mixed_precision.set_global_policy(previous)
 
 
 def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
@@ -93,7 +101,9 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
     tf.config.experimental.enable_op_determinism()
     strategy = make_strategy(cfg.runtime.strategy)
     if strategy.num_replicas_in_sync > 1:
-        raise NotImplementedError("multi-replica training is not supported yet")
+        raise ConfigError(f"runtime.strategy={cfg.runtime.strategy} gives "
+                          f"{strategy.num_replicas_in_sync} replicas; multi-replica training is "
+                          "not implemented yet (use one device: runtime.strategy=default)")
     with strategy.scope():
         model = build_model(cfg.model, corpus.vocab_size, corpus.max_len)
         optimizer = make_optimizer(t)
