@@ -12,8 +12,11 @@ def read_scalars(log_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     """All scalar curves of one event directory: ``{tag: [(step, value), ...]}`` sorted by step.
 
     TF2 ``tf.summary.scalar`` stores tensors, so they are read from the tensors channel.
-    A step written twice (a resumed run redoing work) keeps its last value.
+    A step written twice (a resumed run redoing work) keeps its last value. A directory with
+    no event files gives ``{}``.
     """
+    if not Path(log_dir).is_dir():
+        return {}
     acc = EventAccumulator(str(log_dir), size_guidance={"tensors": 0, "scalars": 0})
     acc.Reload()
     out = {}
@@ -21,7 +24,8 @@ def read_scalars(log_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
         by_step = {}
         for ev in acc.Tensors(tag):
             value = tensor_util.make_ndarray(ev.tensor_proto)
-            if value.ndim == 0:
+            # Scalars only: histograms are vectors, layouts and HParams are strings.
+            if value.ndim == 0 and value.dtype.kind in "fiub":
                 by_step[ev.step] = float(value)
         if by_step:
             out[tag] = sorted(by_step.items())

@@ -1,58 +1,249 @@
-"""Sweep tables: one row per run directory under a results root (summary.csv, summary.md)."""
+"""Sweep tables and plots from a results directory.
+
+``summarize(root)`` finds every run directory under ``root`` (a directory holding config.yaml),
+reads its config.yaml, summary.json and TensorBoard curves, and writes (atomically):
+
+- ``runs.csv``     one row per run (full precision);
+- ``summary.csv``  one row per *variant*: runs that differ only in ``train.seed`` (run names
+  ``...,seed=N``) are grouped; losses are mean and sample std over the seeds that completed;
+- ``summary.md``   the variant table with compact numbers (``mean ± std``);
+- ``plots/*.png``  see :mod:`trainer.results.plots`.
+
+Run directories named ``*.reproduce`` (made by ``python -m trainer reproduce``) are skipped.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
+import math
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from trainer.results.events import read_scalars
 from trainer.train.rundir import read_json, write_atomic
 
-COLUMNS = ("run", "norm", "placement", "residual", "num_layers", "lr", "seed", "status",
-           "steps", "final_eval_loss", "best_eval_loss", "diverged_step", "max_grad_norm",
-           "tokens_per_sec", "pad_fraction")
+SEED_PART = re.compile(r"(^|,)seed=\d+(?=,|$)")
+
+RUN_COLUMNS = ("run", "variant", "norm", "placement", "residual", "num_layers", "lr",
+               "warmup_steps", "seed", "status", "steps", "final_eval_loss",
+               "final_eval_loss_train_mode", "train_inference_gap", "best_eval_loss",
+               "diverged_step", "max_grad_norm", "batch_invariance", "batch_invariance_inference",
+               "token_cosine_last", "tokens_per_sec", "pad_fraction")
+COLUMNS = ("variant", "norm", "placement", "residual", "num_layers", "lr", "warmup_steps",
+           "n_seeds", "status", "final_eval_loss_mean", "final_eval_loss_std",
+           "best_eval_loss_mean", "best_eval_loss_std", "eval_loss_train_mode",
+           "train_inference_gap", "diverged_steps", "max_grad_norm", "batch_invariance",
+           "token_cosine_last", "tokens_per_sec")
+# Markdown: (header, cell builder) — numbers compact, mean ± std where seeds were grouped.
+MD_COLUMNS = (
+    ("variant", lambda v: v["variant"]), ("norm", lambda v: v["norm"]),
+    ("placement", lambda v: v["placement"]), ("residual", lambda v: v["residual"]),
+    ("layers", lambda v: v["num_layers"]), ("lr", lambda v: _num(v["lr"])),
+    ("warmup", lambda v: v["warmup_steps"]), ("seeds", lambda v: v["n_seeds"]),
+    ("status", lambda v: v["status"]),
+    ("final eval loss", lambda v: _pm(v["final_eval_loss_mean"], v["final_eval_loss_std"])),
+    ("best eval loss", lambda v: _pm(v["best_eval_loss_mean"], v["best_eval_loss_std"])),
+    ("eval loss (train-mode BN)", lambda v: _num(v["eval_loss_train_mode"])),
+    ("train/inference gap", lambda v: _num(v["train_inference_gap"])),
+    ("diverged at", lambda v: v["diverged_steps"]),
+    ("max grad norm", lambda v: _num(v["max_grad_norm"])),
+    ("batch invariance", lambda v: _num(v["batch_invariance"])),
+    ("token cosine (last block)", lambda v: _fixed(v["token_cosine_last"])),
+    ("tokens/s", lambda v: _num(v["tokens_per_sec"], 0)),
+)
+
+
+@dataclass
+class Run:
+    """One run directory, everything read once: the plots reuse it."""
+
+    path: Path
+    name: str  # relative to the results root
+    variant: str  # name without the seed part
+    cfg: object
+    summary: dict
+    train: dict = field(default_factory=dict)  # {tag: [(step, value)]}
+    eval: dict = field(default_factory=dict)
+
+    @property
+    def seed(self) -> int:
+        return int(self.cfg.train.seed)
+
+    @property
+    def status(self) -> str:
+        return self.summary.get("status", "unfinished")
+
+    def final(self, group: str, tag: str):
+        """Last value of a curve (None when the tag was never written)."""
+        curve = getattr(self, group).get(tag)
+        return curve[-1][1] if curve else None
+
+
+def variant_name(run_name: str) -> str:
+    """``norm=batch,residual=false,seed=1`` -> ``norm=batch,residual=false``."""
+    name = SEED_PART.sub("", run_name).strip(",")
+    return name or run_name
 
 
 def find_runs(root: Path) -> list[Path]:
-    """Run directories (holding config.yaml) directly or deeper under ``root``, sorted."""
-    return sorted(p.parent for p in Path(root).rglob("config.yaml"))
-
-
-def collect(root: Path) -> list[dict]:
-    rows = []
-    for run in find_runs(root):
-        cfg = OmegaConf.load(run / "config.yaml")
-        summary = read_json(run / "summary.json")
-        rows.append({
-            "run": str(run.relative_to(root)), "norm": cfg.model.norm,
-            "placement": cfg.model.placement, "residual": cfg.model.residual,
-            "num_layers": cfg.model.num_layers, "lr": cfg.train.lr, "seed": cfg.train.seed,
-            "status": summary.get("status", "unfinished"),
-            **{k: summary.get(k) for k in COLUMNS[8:]},
-        })
-    return rows
-
-
-def _cell(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def summarize(root: str | Path) -> list[dict]:
-    """Write ``summary.csv`` and ``summary.md`` under ``root``; returns the rows."""
+    """Run directories (holding config.yaml) at or under ``root``, sorted; reproductions skipped."""
     root = Path(root)
-    rows = collect(root)
+    runs = (p.parent for p in root.rglob("config.yaml"))
+    return sorted(p for p in runs if not any(part.endswith(".reproduce")
+                                             for part in p.relative_to(root).parts))
+
+
+def load_runs(root: Path, curves: bool = True) -> list[Run]:
+    root = Path(root)
+    out = []
+    for path in find_runs(root):
+        name = str(path.relative_to(root)) if path != root else root.resolve().name
+        run = Run(path, name, variant_name(name), OmegaConf.load(path / "config.yaml"),
+                  read_json(path / "summary.json"))
+        if curves:
+            run.train, run.eval = read_scalars(path / "train"), read_scalars(path / "eval")
+        out.append(run)
+    return out
+
+
+def _finite(x) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def run_row(run: Run) -> dict:
+    s, cfg = run.summary, run.cfg
+    probes = s.get("probes") or {}
+    last = int(cfg.model.num_layers) - 1
+    loss = _finite(s.get("final_eval_loss"))
+    train_mode = _finite(s.get("final_eval_loss_train_mode"))
+    gap = loss - train_mode if None not in (loss, train_mode) else None
+    if train_mode is None and loss is not None:  # older summaries: both from the (float32) curves
+        train_mode = _finite(run.final("eval", "loss_train_mode"))
+        curve_loss = _finite(run.final("eval", "loss"))
+        gap = curve_loss - train_mode if None not in (curve_loss, train_mode) else None
+
+    def probe(tag):
+        value = probes.get(tag)
+        return _finite(value if value is not None else run.final("eval", tag))
+
+    return {
+        "run": run.name, "variant": run.variant, "norm": cfg.model.norm,
+        "placement": cfg.model.placement, "residual": cfg.model.residual,
+        "num_layers": cfg.model.num_layers, "lr": cfg.train.lr,
+        "warmup_steps": cfg.train.warmup_steps, "seed": run.seed, "status": run.status,
+        "steps": s.get("steps"), "final_eval_loss": loss, "final_eval_loss_train_mode": train_mode,
+        "train_inference_gap": gap,
+        "best_eval_loss": _finite(s.get("best_eval_loss")), "diverged_step": s.get("diverged_step"),
+        "max_grad_norm": _finite(s.get("max_grad_norm")),
+        "batch_invariance": probe("probe/batch_invariance"),
+        "batch_invariance_inference": probe("probe/batch_invariance_inference"),
+        "token_cosine_last": probe(f"probe/token_cosine/block_{last}"),
+        "tokens_per_sec": _finite(s.get("tokens_per_sec")),
+        "pad_fraction": _finite(s.get("pad_fraction")),
+    }
+
+
+def _mean_std(values) -> tuple[float | None, float | None]:
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return None, None
+    mean = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return mean, None
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def _status(statuses: list[str]) -> str:
+    if len(statuses) == 1:
+        return statuses[0]
+    if all(s == "completed" for s in statuses):
+        return "completed"
+    bad = [s for s in dict.fromkeys(statuses) if s != "completed"]
+    return ", ".join(f"{s} {statuses.count(s)}/{len(statuses)}" for s in bad)
+
+
+def group_variants(rows: list[dict]) -> list[dict]:
+    """One row per variant: means (and sample std) over its seeds."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["variant"], []).append(row)
+    out = []
+    for name, members in groups.items():
+        first = members[0]
+        col = lambda key: [m[key] for m in members]  # noqa: E731
+        loss_mean, loss_std = _mean_std(col("final_eval_loss"))
+        best_mean, best_std = _mean_std(col("best_eval_loss"))
+        grads = [g for g in col("max_grad_norm") if g is not None]
+        out.append({
+            "variant": name, **{k: first[k] for k in COLUMNS[1:7]},
+            "n_seeds": len(members), "status": _status(col("status")),
+            "final_eval_loss_mean": loss_mean, "final_eval_loss_std": loss_std,
+            "best_eval_loss_mean": best_mean, "best_eval_loss_std": best_std,
+            "eval_loss_train_mode": _mean_std(col("final_eval_loss_train_mode"))[0],
+            "train_inference_gap": _mean_std(col("train_inference_gap"))[0],
+            "diverged_steps": " ".join(str(d) for d in col("diverged_step") if d is not None),
+            "max_grad_norm": max(grads) if grads else None,
+            "batch_invariance": _mean_std(col("batch_invariance"))[0],
+            "token_cosine_last": _mean_std(col("token_cosine_last"))[0],
+            "tokens_per_sec": _mean_std(col("tokens_per_sec"))[0],
+        })
+    return out
+
+
+def _num(x, digits: int = 4) -> str:
+    """Compact number for humans: 4 significant digits, tokens/s as an integer."""
+    if x is None:
+        return ""
+    if isinstance(x, str):
+        return x
+    if digits == 0:
+        return f"{x:.0f}"
+    return f"{x:.{digits}g}"
+
+
+def _fixed(x) -> str:
+    return "" if x is None else f"{x:.4f}"
+
+
+def _pm(mean, std) -> str:
+    if mean is None:
+        return ""
+    return _num(mean) if std is None else f"{mean:.4g} ± {std:.2g}"
+
+
+def _csv(rows: list[dict], columns) -> str:
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
-    writer.writerows({k: _cell(r[k]) for k in COLUMNS} for r in rows)
-    write_atomic(root / "summary.csv", buf.getvalue())
-    md = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    md += ["| " + " | ".join(_cell(r[k]) for k in COLUMNS) + " |" for r in rows]
-    write_atomic(root / "summary.md", "\n".join(md) + "\n")
-    return rows
+    writer.writerows({k: "" if r.get(k) is None else r[k] for k in columns} for r in rows)
+    return buf.getvalue()
+
+
+def markdown(variants: list[dict]) -> str:
+    head = [h for h, _ in MD_COLUMNS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(cell(v)) for _, cell in MD_COLUMNS) + " |" for v in variants]
+    note = ("\nLosses: mean ± sample std over the seeds that completed. Gap: eval loss in "
+            "inference mode minus eval loss with batch statistics (train-mode BN). "
+            "Plots: plots/*.png.\n")
+    return "\n".join(lines) + "\n" + note
+
+
+def summarize(root: str | Path, plots: bool = True) -> list[dict]:
+    """Write runs.csv, summary.csv, summary.md (and plots/) under ``root``; returns variant rows."""
+    root = Path(root)
+    runs = load_runs(root)
+    rows = [run_row(r) for r in runs]
+    variants = group_variants(rows)
+    write_atomic(root / "runs.csv", _csv(rows, RUN_COLUMNS))
+    write_atomic(root / "summary.csv", _csv(variants, COLUMNS))
+    write_atomic(root / "summary.md", markdown(variants))
+    if plots and runs:
+        from trainer.results.plots import write_plots
+
+        write_plots(runs, root / "plots")
+    return variants

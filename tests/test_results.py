@@ -1,0 +1,223 @@
+"""Sweep tables, plots and reproduction on three tiny runs laid out like a sweep would."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer.config import ConfigError, load_config
+from trainer.results.reproduce import compare_summaries, reproduce
+from trainer.results.summarize import group_variants, summarize, variant_name
+from trainer.train.loop import run_training
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PLOTS = ("loss", "grad_norm_by_block", "token_std_by_depth", "invariance_and_gap",
+         "token_cosine_by_depth")
+# Two blocks for depth plots; eager steps and two evaluations (0, 6) keep each run a few seconds.
+FAST = ["model.num_layers=2", "runtime.xla=false", "train.eval_every=6", "train.checkpoint_every=6"]
+RUNS = {"norm=layer,seed=0": ["model.norm=layer", "train.seed=0"],
+        "norm=layer,seed=1": ["model.norm=layer", "train.seed=1"],
+        "norm=batch,seed=0": ["model.norm=batch", "train.seed=0"]}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """Three tiny runs under one results root, named as a sweep names them; ``summarize`` once."""
+    from tests.conftest import TINY
+
+    root = tmp_path_factory.mktemp("results") / "tiny_sweep"
+    for name, overrides in RUNS.items():
+        cfg = load_config("configs/base.yaml", [*TINY, *FAST, *overrides])
+        run_training(cfg, root / name, argv=["test"], progress=False)
+    variants = summarize(root)
+    return root, variants
+
+
+def _csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _summary(root, name):
+    return json.loads((root / name / "summary.json").read_text())
+
+
+def test_variant_name_drops_only_the_seed():
+    assert variant_name("norm=batch,residual=false,seed=1") == "norm=batch,residual=false"
+    assert variant_name("seed=3,norm=layer") == "norm=layer"
+    assert variant_name("norm=layer") == "norm=layer"
+    assert variant_name("myseed=2") == "myseed=2"
+
+
+def test_status_and_divergence_of_a_partly_diverged_variant():
+    base = {"variant": "v", "norm": "batch", "placement": "pre", "residual": "false",
+            "num_layers": 2, "lr": 1e-3, "warmup_steps": 2, "final_eval_loss_train_mode": None,
+            "train_inference_gap": None, "max_grad_norm": 2.0, "batch_invariance": None,
+            "token_cosine_last": None, "tokens_per_sec": 10.0, "best_eval_loss": 5.0}
+    rows = [{**base, "status": "completed", "final_eval_loss": 5.0, "diverged_step": None},
+            {**base, "status": "diverged", "final_eval_loss": None, "diverged_step": 37,
+             "max_grad_norm": 9.0}]
+    (v,) = group_variants(rows)
+    assert v["status"] == "diverged 1/2" and v["diverged_steps"] == "37" and v["n_seeds"] == 2
+    assert v["final_eval_loss_mean"] == 5.0 and v["final_eval_loss_std"] is None
+    assert v["max_grad_norm"] == 9.0
+
+
+def test_tolerance_is_rtol_1e3_atol_1e5():
+    a = {"status": "completed", "steps": 6, "final_eval_loss": 5.0, "probes": {"p": 0.0}}
+    near = {**a, "final_eval_loss": 5.004, "probes": {"p": 9e-6}}
+    far = {**a, "final_eval_loss": 5.01}
+    assert compare_summaries(a, near, exact=False)[0] == []
+    assert [d.where for d in compare_summaries(a, near, exact=True)[0]] == [
+        "summary final_eval_loss", "summary probes.p"]
+    far_diffs = compare_summaries(a, far, exact=False)[0]
+    assert [d.where for d in far_diffs] == ["summary final_eval_loss"]
+    assert compare_summaries(a, {**a, "steps": 7}, exact=False)[0][0].where == "summary steps"
+
+
+def test_summary_groups_seeds_into_variants(sweep):
+    root, variants = sweep
+    rows = {r["variant"]: r for r in _csv(root / "summary.csv")}
+    assert sorted(rows) == ["norm=batch", "norm=layer"]
+    layer, batch = rows["norm=layer"], rows["norm=batch"]
+    assert layer["n_seeds"] == "2" and batch["n_seeds"] == "1"
+    assert layer["norm"] == "layer" and layer["num_layers"] == "2"
+    assert layer["status"] == "completed"
+    # mean and sample std recomputed here from the two summary.json files
+    losses = [_summary(root, f"norm=layer,seed={s}")["final_eval_loss"] for s in (0, 1)]
+    assert losses[0] != losses[1]  # the seed matters, so grouping is not trivially right
+    assert float(layer["final_eval_loss_mean"]) == pytest.approx(statistics.mean(losses), rel=1e-12)
+    assert float(layer["final_eval_loss_std"]) == pytest.approx(statistics.stdev(losses), rel=1e-9)
+    assert batch["final_eval_loss_std"] == ""  # one seed: no spread
+    b = _summary(root, "norm=batch,seed=0")
+    assert float(batch["final_eval_loss_mean"]) == b["final_eval_loss"]
+    gap = b["final_eval_loss"] - b["final_eval_loss_train_mode"]
+    assert float(batch["train_inference_gap"]) == pytest.approx(gap)
+    cosine = b["probes"]["probe/token_cosine/block_1"]  # the last of the two blocks
+    assert float(batch["token_cosine_last"]) == pytest.approx(cosine)
+    assert float(layer["train_inference_gap"]) == pytest.approx(0.0, abs=1e-6)  # no batch stats
+    assert float(layer["max_grad_norm"]) == max(
+        _summary(root, f"norm=layer,seed={s}")["max_grad_norm"] for s in (0, 1))
+    md = (root / "summary.md").read_text()
+    assert md.count("\n| norm=") == 2 and " ± " in md
+    assert f"{statistics.mean(losses):.4g}" in md
+
+
+def test_runs_csv_has_one_row_per_run(sweep):
+    root, _ = sweep
+    rows = _csv(root / "runs.csv")
+    assert sorted(r["run"] for r in rows) == sorted(RUNS)
+    for r in rows:
+        assert float(r["final_eval_loss"]) == _summary(root, r["run"])["final_eval_loss"]
+        assert r["variant"] == variant_name(r["run"]) and r["status"] == "completed"
+
+
+def test_plots_are_valid_pngs(sweep):
+    import matplotlib.image as mpimg
+
+    root, _ = sweep
+    for name in PLOTS:
+        path = root / "plots" / f"{name}.png"
+        data = path.read_bytes()
+        assert data[:8] == PNG_SIGNATURE and len(data) > 1024, name
+        assert mpimg.imread(path).shape[0] > 100, name
+
+
+def test_summarize_copes_with_unfinished_and_diverged_runs(sweep, tmp_path):
+    """A crashed run (no summary.json, no eval curves) and a diverged one: one variant, 5 plots."""
+    root, _ = sweep
+    skip = shutil.ignore_patterns("checkpoints")
+    crashed, diverged = tmp_path / "norm=batch,seed=0", tmp_path / "norm=batch,seed=1"
+    shutil.copytree(root / "norm=batch,seed=0", crashed, ignore=skip)
+    shutil.copytree(root / "norm=batch,seed=0", diverged, ignore=skip)
+    (crashed / "summary.json").unlink()
+    shutil.rmtree(crashed / "eval")
+    summary = _summary(tmp_path, diverged.name)
+    summary.update(status="diverged", diverged_step=3, final_eval_loss=None,
+                   final_eval_loss_train_mode=None)
+    (diverged / "summary.json").write_text(json.dumps(summary))
+    (variant,) = summarize(tmp_path)
+    assert variant["status"] == "unfinished 1/2, diverged 1/2" and variant["diverged_steps"] == "3"
+    assert variant["final_eval_loss_mean"] is None and variant["n_seeds"] == 2
+    for name in PLOTS:
+        assert (tmp_path / "plots" / f"{name}.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+@pytest.fixture(scope="module")
+def reproduced(sweep, tmp_path_factory):
+    root, _ = sweep
+    out = tmp_path_factory.mktemp("repro") / "again"
+    return root / "norm=layer,seed=0", out
+
+
+def test_reproduce_is_identical_on_cpu(reproduced, capsys):
+    import tensorflow as tf
+
+    run_dir, out = reproduced
+    assert reproduce(run_dir, out, progress=False) == 0
+    text = capsys.readouterr().out
+    on_cpu = not [d for d in tf.config.list_physical_devices() if d.device_type in ("GPU", "TPU")]
+    assert ("IDENTICAL" in text) if on_cpu else ("IDENTICAL" in text or "WITHIN TOLERANCE" in text)
+    assert "MISMATCH" not in text and (out / "summary.json").exists()
+
+
+def test_reproduce_detects_a_changed_summary(reproduced, tmp_path, capsys):
+    run_dir, out = reproduced
+    tampered = tmp_path / "tampered"
+    shutil.copytree(run_dir, tampered, ignore=shutil.ignore_patterns("checkpoints"))
+    summary = json.loads((tampered / "summary.json").read_text())
+    summary["final_eval_loss"] += 0.5
+    (tampered / "summary.json").write_text(json.dumps(summary))
+    reproduce(run_dir, out, progress=False)  # make sure the reproduction exists (reused if so)
+    capsys.readouterr()
+    assert reproduce(tampered, out, progress=False) == 1  # finished run in ``out`` is reused
+    text = capsys.readouterr().out
+    assert "MISMATCH" in text and "final_eval_loss" in text
+
+
+def test_reproduce_detects_a_changed_curve(reproduced, tmp_path, capsys):
+    import tensorflow as tf
+
+    run_dir, out = reproduced
+    tampered = tmp_path / "tampered"
+    shutil.copytree(run_dir, tampered, ignore=shutil.ignore_patterns("checkpoints"))
+    writer = tf.summary.create_file_writer(str(tampered / "eval"))  # a later file wins the step
+    with writer.as_default(step=6):
+        tf.summary.scalar("loss", 123.0)
+    writer.close()
+    reproduce(run_dir, out, progress=False)
+    capsys.readouterr()
+    assert reproduce(tampered, out, progress=False) == 1
+    text = capsys.readouterr().out
+    assert "MISMATCH: eval/loss at step 6: original 123.0" in text
+
+
+def test_reproduce_refuses_a_missing_or_unfinished_run(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        reproduce(tmp_path / "nope", progress=False)
+    (tmp_path / "half").mkdir()
+    with pytest.raises(ConfigError, match="no config.yaml"):
+        reproduce(tmp_path / "half", progress=False)
+
+
+def test_summarize_cli(sweep):
+    root, _ = sweep
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.run([sys.executable, "-m", "trainer", "summarize", str(root)],
+                          capture_output=True, text=True, env=env, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert "| variant |" in proc.stdout and "| norm=layer |" in proc.stdout
+    assert not math.isnan(float(_csv(root / "summary.csv")[0]["final_eval_loss_mean"]))
+    bad = subprocess.run([sys.executable, "-m", "trainer", "summarize", str(root / "missing")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "error:" in bad.stderr
