@@ -17,13 +17,12 @@ import tensorflow as tf
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
-from trainer.config import ConfigError
 from trainer.data import prepare
 from trainer.models import build_model
 from trainer.telemetry.probes import ProbeBatch, frozen_state, run_probes
 from trainer.telemetry.tensorboard import RunWriters, expand, truncate_events
 from trainer.train.rundir import collect_meta, inspect_run_dir, read_json, run_lock, write_json
-from trainer.train.step import make_eval_step, make_train_step
+from trainer.train.step import make_eval_step, make_replicated_train_step, make_train_step
 from trainer.train.strategy import make_strategy
 
 # Keys a variant is described by in the HParams dashboard.
@@ -100,10 +99,6 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
     keras.utils.set_random_seed(t.seed)
     tf.config.experimental.enable_op_determinism()
     strategy = make_strategy(cfg.runtime.strategy)
-    if strategy.num_replicas_in_sync > 1:
-        raise ConfigError(f"runtime.strategy={cfg.runtime.strategy} gives "
-                          f"{strategy.num_replicas_in_sync} replicas; multi-replica training is "
-                          "not implemented yet (use one device: runtime.strategy=default)")
     with strategy.scope():
         model = build_model(cfg.model, corpus.vocab_size, corpus.max_len)
         optimizer = make_optimizer(t)
@@ -116,7 +111,9 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
     start = int(step_var.numpy())
     if start == 0:
         data_info = {"dataset_fingerprint": corpus.fingerprint,
-                     "tokenizer_hash": corpus.tokenizer_hash, "data_stats": corpus.stats()}
+                     "tokenizer_hash": corpus.tokenizer_hash, "data_stats": corpus.stats(),
+                     "devices": [d.name for d in tf.config.list_logical_devices()],
+                     "replicas": strategy.num_replicas_in_sync}
         write_json(run_dir / "meta.json",
                    collect_meta(cfg, argv if argv is not None else sys.argv, data_info))
     # Curves past the checkpoint belong to work that is about to be redone.
@@ -124,8 +121,12 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
     truncate_events(run_dir / "eval", keep_below=start + 1)
 
     xla = cfg.runtime.xla
-    train_step = make_train_step(model, optimizer, clip_norm=t.clip_norm,
-                                 telemetry=cfg.runtime.telemetry, xla=xla)
+    if strategy.num_replicas_in_sync > 1:
+        train_step = make_replicated_train_step(strategy, model, optimizer,
+                                                clip_norm=t.clip_norm, xla=xla)
+    else:
+        train_step = make_train_step(model, optimizer, clip_norm=t.clip_norm,
+                                     telemetry=cfg.runtime.telemetry, xla=xla)
     eval_step = make_eval_step(model, xla=xla)
     eval_step_train_mode = make_eval_step(model, xla=xla, training=True)
     eval_batches = corpus.eval_batches("validation", cfg.data.eval_batches or None)

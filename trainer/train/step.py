@@ -69,3 +69,53 @@ def make_eval_step(model, *, xla: bool, training: bool = False):
         return {"loss_sum": loss_sum, "tokens": count}
 
     return tf.function(step, jit_compile=xla)
+
+
+def make_replicated_train_step(strategy, model, optimizer, *, clip_norm: float, xla: bool):
+    """The train step for several replicas (``tf.distribute``): ``step(batch) -> metrics``.
+
+    ``batch`` is the global numpy batch; rows are dealt round-robin to the replicas. Each replica
+    differentiates its loss sum divided by the *global* real-token count, so the all-reduced sum
+    of the gradients is exactly the single-device gradient of the global batch. The per-replica
+    forward/backward is XLA-compiled; the all-reduce, clipping and update run outside XLA, where
+    collectives are supported on every platform. Per-block telemetry is single-device only.
+    """
+    variables = model.trainable_variables
+    replicas = strategy.num_replicas_in_sync
+
+    @tf.function(jit_compile=xla)
+    def local_grads(batch, global_tokens):
+        with tf.GradientTape() as tape:
+            logits = model(batch["inputs"], padding_mask=batch["mask"], training=True)
+            loss_sum, _ = masked_loss(logits, batch["targets"], batch["mask"])
+            scaled = loss_sum / global_tokens
+        grads = tape.gradient(scaled, variables)  # embeddings give IndexedSlices: densify
+        return [tf.convert_to_tensor(g) for g in grads], loss_sum
+
+    def replica_step(batch, global_tokens):
+        grads, loss_sum = local_grads(batch, global_tokens)
+        ctx = tf.distribute.get_replica_context()
+        grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        loss = ctx.all_reduce(tf.distribute.ReduceOp.SUM, loss_sum) / global_tokens
+        grad_norm = tf.linalg.global_norm(grads)
+        finite = tf.math.is_finite(loss) & tf.math.is_finite(grad_norm)
+        if clip_norm > 0:
+            grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=grad_norm)
+        # Keras sums gradients across replicas once more inside apply_gradients.
+        optimizer.apply_gradients(zip([g / replicas for g in grads], variables))
+        return {"loss": loss, "grad_norm/global": grad_norm, "tokens": global_tokens,
+                "nonfinite": 1.0 - tf.cast(finite, tf.float32),
+                "learning_rate": tf.cast(optimizer.learning_rate, tf.float32)}
+
+    @tf.function
+    def run(batch, global_tokens):
+        out = strategy.run(replica_step, args=(batch, global_tokens))
+        return {k: strategy.experimental_local_results(v)[0] for k, v in out.items()}
+
+    def step(batch):
+        dealt = strategy.experimental_distribute_values_from_function(
+            lambda ctx: {k: v[ctx.replica_id_in_sync_group::replicas] for k, v in batch.items()})
+        return run(dealt, tf.reduce_sum(tf.cast(batch["mask"], tf.float32)))
+
+    step.experimental_get_tracing_count = local_grads.experimental_get_tracing_count
+    return step

@@ -19,8 +19,10 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
             name = "default"
     if name == "default":
         return tf.distribute.get_strategy()
-    if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
+    if name == "mirrored":  # all GPUs; on a CPU-only host, all logical CPU devices
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = gpus or tf.config.list_logical_devices("CPU")
+        return tf.distribute.MirroredStrategy([d.name for d in devices])
     if name == "multi_worker":  # cluster layout from the TF_CONFIG environment variable
         return tf.distribute.MultiWorkerMirroredStrategy()
     if name == "tpu":
