@@ -172,13 +172,15 @@ def prepare(data_cfg: Any, seed: int = 0) -> Corpus:
     cache = sources.cache_root(data_cfg)
     with _quiet_datasets():
         splits = sources.load_splits(data_cfg)
-    texts = {s: sources.texts_of(splits[s]) for s in SPLITS}
-    fp = sources.fingerprint(texts)
-    tok, _ = tokenizer.load_or_train(cache, fp, texts["train"], vocab_size)
+    # Every pass over the texts streams batches from the Arrow tables: a large local corpus
+    # never exists as one Python list (hash, tokenizer training and encoding read it in turn).
+    fp = sources.fingerprint_splits(splits)
+    tok, _ = tokenizer.load_or_train(cache, fp, sources.iter_text_batches(splits["train"]), vocab_size)
     tok_hash = tokenizer.tokenizer_hash(tok)
     path = tokenizer.tokens_path(cache, fp, tok_hash)
     encoded = tokenizer.load_encoded(path, SPLITS)
     if encoded is None:
-        encoded = {s: tokenizer.encode_texts(tok, texts[s]) for s in SPLITS}
+        encoded = {s: tokenizer.encode_batches(tok, sources.iter_text_batches(splits[s]))
+                   for s in SPLITS}
         tokenizer.save_encoded(path, encoded)
     return Corpus(data_cfg, splits, tok, encoded, fp, tok_hash, seed)

@@ -18,11 +18,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
+
 SPLITS = ("train", "validation", "test")
 # Bump when the embedded extraction/cleaning changes: it is part of the on-disk cache key.
 EXTRACT_VERSION = "wiki-v2"
 EMBEDDED_FILE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 MIN_PARAGRAPH_CHARS = 20
+TEXT_BATCH = 2048  # texts per batch when streaming a split (hashing, tokenizer training, encoding)
 
 
 class DataError(ValueError):
@@ -75,20 +78,38 @@ def stable_hash(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-def fingerprint(texts: dict[str, list[str]]) -> str:
-    """Short sha256 of every split's texts in order: identifies the exact data a run saw."""
+def fingerprint(texts: dict) -> str:
+    """Short sha256 of every split's texts in order: identifies the exact data a run saw.
+
+    ``texts`` maps each split to texts or to an iterable of batches (lists) of texts
+    (``iter_text_batches``): the hash is the same either way, so large corpora stream.
+    """
     h = hashlib.sha256()
     for split in SPLITS:
         h.update(f"[{split}]".encode())
-        for text in texts[split]:
-            h.update(text.encode("utf-8"))
-            h.update(b"\0")  # separator, so ["ab"] and ["a", "b"] differ
+        for item in texts[split]:
+            for text in ([item] if isinstance(item, str) else item):
+                h.update(text.encode("utf-8"))
+                h.update(b"\0")  # separator, so ["ab"] and ["a", "b"] differ
     return h.hexdigest()[:16]
+
+
+def fingerprint_splits(splits) -> str:
+    """``fingerprint`` of a DatasetDict, read batch by batch (never the whole text in memory)."""
+    return fingerprint({s: iter_text_batches(splits[s]) for s in SPLITS})
 
 
 def texts_of(ds) -> list[str]:
     """The "text" column as a plain list (respecting any select/split indices over the table)."""
     return list(ds.with_format(None)[:]["text"]) if len(ds) else []
+
+
+def iter_text_batches(ds, batch_size: int = TEXT_BATCH) -> Iterator[list[str]]:
+    """The "text" column in order, as lists of at most ``batch_size`` texts (streams from Arrow)."""
+    if len(ds) == 0:
+        return
+    for batch in ds.with_format(None).select_columns(["text"]).iter(batch_size=batch_size):
+        yield batch["text"]
 
 
 def _ds(texts: list[str]):
@@ -223,10 +244,13 @@ def _carve(splits: dict, data_cfg: Any) -> dict:
         train = splits["train"]
         n = max(1, round(frac * total)) if frac > 0 else 0
         if n == 0 or len(train) - n < 1:
-            splits[name] = train.select([])
+            splits[name] = train.select([], keep_in_memory=True)
             continue
-        parts = train.train_test_split(test_size=n, seed=0, shuffle=True)
-        splits["train"], splits[name] = parts["train"], parts["test"]
+        # Dataset.train_test_split(test_size=n, seed=0, shuffle=True), written out so that the
+        # index mappings stay in memory (no cache files next to the user's data).
+        perm = np.random.default_rng(0).permutation(len(train))
+        splits[name] = train.select(perm[:n], keep_in_memory=True)
+        splits["train"] = train.select(perm[n:], keep_in_memory=True)
     return splits
 
 
@@ -245,11 +269,20 @@ def _loaded(dd, data_cfg: Any, origin: str):
         if name not in SPLITS:
             continue
         ds = ds.select_columns([col]).rename_column(col, "text") if col != "text" else ds.select_columns(["text"])
-        texts = [t for t in texts_of(ds) if isinstance(t, str) and t.strip()]
-        clean[name] = _ds(texts)
+        # Streams over the Arrow table and only builds an indices mapping (kept in memory: 8 bytes
+        # a row, and no cache files for parallel preparers to race on); the texts stay on disk.
+        clean[name] = ds.filter(_non_blank, batched=True, batch_size=TEXT_BATCH,
+                                keep_in_memory=True)
     if len(clean["train"]) == 0:
         raise DataError(f"{origin}: the train split is empty (no non-blank texts in column '{col}')")
-    return _make({s: texts_of(ds) for s, ds in _carve(clean, data_cfg).items()})
+    import datasets
+
+    carved = _carve(clean, data_cfg)
+    return datasets.DatasetDict({s: carved[s] for s in SPLITS})
+
+
+def _non_blank(batch: dict) -> list[bool]:
+    return [isinstance(t, str) and bool(t.strip()) for t in batch["text"]]
 
 
 def _hub(data_cfg: Any):

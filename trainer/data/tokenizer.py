@@ -19,6 +19,7 @@ SPECIALS = ("[PAD]", "[BOS]", "[EOS]")
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 # Bump when training settings change: part of the tokenizer cache key.
 TOKENIZER_VERSION = "bbpe-v1"
+ENCODE_BATCH = 2048  # texts encoded at once
 
 
 def tokenizer_hash(tok) -> str:
@@ -26,8 +27,11 @@ def tokenizer_hash(tok) -> str:
     return hashlib.sha256(tok.to_str().encode("utf-8")).hexdigest()[:16]
 
 
-def train_tokenizer(texts: list[str], vocab_size: int):
-    """Train a byte-level BPE of ``vocab_size`` tokens on ``texts`` (deterministic)."""
+def train_tokenizer(texts, vocab_size: int):
+    """Train a byte-level BPE of ``vocab_size`` tokens on ``texts`` (deterministic).
+
+    ``texts``: a list of texts or an iterable of batches (lists) of texts, streamed.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size < MIN_VOCAB:
@@ -40,15 +44,19 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   min_frequency=2, show_progress=False)
-    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    tok.train_from_iterator(texts, trainer=trainer,
+                            length=len(texts) if isinstance(texts, (list, tuple)) else None)
     for i, name in enumerate(SPECIALS):  # the ids the rest of the lab hard-codes
         if tok.token_to_id(name) != i:
             raise DataError(f"tokenizer put {name} at id {tok.token_to_id(name)}, expected {i}")
     return tok
 
 
-def load_or_train(cache: Path, fingerprint: str, texts: list[str], vocab_size: int):
-    """The tokenizer for (data fingerprint, vocab size): loaded from the cache, else trained and saved."""
+def load_or_train(cache: Path, fingerprint: str, texts, vocab_size: int):
+    """The tokenizer for (data fingerprint, vocab size): loaded from the cache, else trained and saved.
+
+    ``texts`` as in ``train_tokenizer``; a generator is not consumed when the cache hits.
+    """
     from tokenizers import Tokenizer
 
     path = cache / "tokenizers" / f"{fingerprint}-{TOKENIZER_VERSION}-{vocab_size}.json"
@@ -61,15 +69,33 @@ def load_or_train(cache: Path, fingerprint: str, texts: list[str], vocab_size: i
 
 def encode_texts(tok, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Encode texts as [BOS] ids [EOS]; returns (flat int32 ids, int64 offsets of len(texts)+1)."""
-    encs = tok.encode_batch_fast(texts, add_special_tokens=False) if texts else []
-    lengths = np.fromiter((len(e.ids) + 2 for e in encs), dtype=np.int64, count=len(encs))
-    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    flat = np.empty(offsets[-1], dtype=np.int32)
-    for e, start, end in zip(encs, offsets[:-1], offsets[1:]):
-        flat[start] = BOS_ID
-        flat[start + 1:end - 1] = e.ids
-        flat[end - 1] = EOS_ID
+    return encode_batches(tok, (texts[i:i + ENCODE_BATCH] for i in range(0, len(texts), ENCODE_BATCH)))
+
+
+def encode_batches(tok, batches) -> tuple[np.ndarray, np.ndarray]:
+    """``encode_texts`` over an iterable of batches of texts, one batch in memory at a time.
+
+    Only the flat int32 ids (and one int64 length per text) accumulate: ``Encoding`` objects
+    carry token strings and offsets (tens of bytes per token) and are dropped batch by batch.
+    """
+    chunks, lengths = [], []
+    for texts in batches:
+        if not texts:
+            continue
+        encs = tok.encode_batch_fast(list(texts), add_special_tokens=False)
+        n = np.fromiter((len(e.ids) + 2 for e in encs), dtype=np.int64, count=len(encs))
+        ends = np.cumsum(n)
+        flat = np.empty(int(ends[-1]), dtype=np.int32)
+        flat[ends - n] = BOS_ID
+        flat[ends - 1] = EOS_ID
+        for e, start, end in zip(encs, ends - n, ends):
+            flat[start + 1:end - 1] = e.ids
+        chunks.append(flat)
+        lengths.append(n)
+    n_all = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+    offsets = np.zeros(len(n_all) + 1, dtype=np.int64)
+    np.cumsum(n_all, out=offsets[1:])
+    flat = np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int32)
     return flat, offsets
 
 

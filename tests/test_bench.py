@@ -1,0 +1,114 @@
+"""``python -m trainer bench`` and ``python -m trainer.bench data``: well-formed reports (no timing asserts)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainer.bench import _bench_options, batch_model_flops
+from trainer.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS = ("throughput_vs_pad_to_max", "compilations", "pad_fraction", "telemetry_overhead", "mfu",
+           "peak_rss")
+
+
+def _run(args: list[str], timeout: int = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _finite_positive(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def test_bench_cli_writes_wellformed_json(tmp_path, tiny):
+    # runtime.xla=false keeps this under a minute on 2 CPU cores (XLA compiles cost ~10 s each);
+    # tracing counts are the same with and without XLA.
+    out = tmp_path / "b.json"
+    overrides = [o for o in tiny if o.startswith(("model.", "data."))]
+    res = _run(["-m", "trainer", "bench", "--out", str(out), "--steps", "3", *overrides,
+                "bench.profile=false", "bench.matmul_n=256", "runtime.xla=false"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "targets:" in res.stdout
+    r = json.loads(out.read_text())
+    for key in ("config", "device", "versions", "throughput", "pad_fraction", "step_time_s",
+                "per_shape_step_time_s", "compile_count", "telemetry_overhead", "flops",
+                "matmul_peak", "mfu", "peak_rss_bytes", "targets", "eval"):
+        assert key in r, key
+    assert r["config"]["model"]["dim"] == 32 and r["config"]["data"]["buckets"] == [16, 32]
+    assert r["device"]["cpu_count"] >= 1 and r["device"]["tf_devices"]
+    assert r["versions"]["tensorflow"]
+    t = r["throughput"]
+    for k in ("real_tokens_per_sec", "padded_tokens_per_sec", "pad_to_max_real_tokens_per_sec",
+              "bucketed_over_pad_to_max"):
+        assert _finite_positive(t[k]), k
+    assert t["padded_tokens_per_sec"] >= t["real_tokens_per_sec"]
+    assert 0 <= r["pad_fraction"] < 1
+    st = r["step_time_s"]
+    assert _finite_positive(st["median"]) and st["p10"] <= st["median"] <= st["p90"]
+    assert st["n"] == 3
+    assert r["per_shape_step_time_s"] and all(k.count("x") == 1 for k in r["per_shape_step_time_s"])
+    cc = r["compile_count"]
+    for k in ("train", "train_telemetry_off", "eval", "total", "bound"):
+        assert isinstance(cc[k], int), k
+    assert cc["bound"] == 2 + cc["eval_shapes"]
+    assert 1 <= cc["train"] <= 2 and 1 <= cc["eval"] <= cc["eval_shapes"]
+    assert cc["total"] <= cc["bound"] and cc["pad_to_max_train"] == 1
+    assert math.isfinite(r["telemetry_overhead"]["overhead_every_step"])
+    assert "definition" in r["telemetry_overhead"]
+    f = r["flops"]
+    assert _finite_positive(f["flops_per_token"]) and "6" in f["formula"]
+    assert f["matmul_params"] < f["num_params"]  # embeddings and norms are not matmul params
+    assert _finite_positive(r["matmul_peak"]["gflops_best"])
+    assert _finite_positive(r["mfu"])
+    assert _finite_positive(r["peak_rss_bytes"])
+    assert set(r["targets"]) == set(TARGETS)
+    for name, tg in r["targets"].items():
+        assert {"measured", "target", "pass"} <= set(tg), name
+        assert isinstance(tg["pass"], bool) and math.isfinite(tg["measured"]), name
+    assert r["targets"]["compilations"]["pass"]
+
+
+def test_bench_bad_option_is_one_line_error(tmp_path):
+    res = _run(["-m", "trainer", "bench", "--out", str(tmp_path / "b.json"), "bench.nope=1"],
+               timeout=120)
+    assert res.returncode == 2
+    assert "unknown bench option" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_bench_options_split():
+    opts, rest = _bench_options(["model.dim=8", "bench.profile=false", "bench.matmul_n=64"])
+    assert rest == ["model.dim=8"] and opts["profile"] is False and opts["matmul_n"] == 64
+    with pytest.raises(ConfigError):
+        _bench_options(["bench.profile=maybe"])
+
+
+def test_model_flops_counts_real_tokens_only():
+    mask = np.array([[1, 1, 1, 0], [1, 0, 0, 0]], np.float32)
+    # 4 real tokens: 6*N*4 + 6*L*d*(3^2 + 1^2)
+    assert batch_model_flops(mask, 100, 2, 8) == 6 * 100 * 4 + 6 * 2 * 8 * 10
+
+
+def test_bench_data_streaming_small(tmp_path):
+    out = tmp_path / "d.json"
+    res = _run(["-m", "trainer.bench", "data", "--mb", "1", "--vocab-size", "512", "--out", str(out),
+                "--workdir", str(tmp_path)])
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["file_bytes"] >= 1_000_000
+    for phase in ("cold", "warm"):
+        run = r["runs"][phase]
+        assert _finite_positive(run["peak_rss_gib"]) and _finite_positive(run["wall_s"])
+        assert run["train_tokens"] > 100_000
+    assert r["runs"]["cold"]["train_tokens"] == r["runs"]["warm"]["train_tokens"]
+    assert set(r["targets"]["data_stream_rss"]) >= {"measured", "target", "pass"}
