@@ -24,7 +24,9 @@ def _parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run every variant of a sweep grid")
     sweep.add_argument("--config", required=True, help="sweep spec YAML (configs/sweeps/*.yaml)")
     sweep.add_argument("--out", help="results directory (default: results/<sweep name>)")
-    sweep.add_argument("--parallel", type=int, default=1, help="variants run at once")
+    sweep.add_argument("--parallel", type=int, default=1, help="variants run at once (local)")
+    sweep.add_argument("--launcher", choices=("local", "submitit", "submitit-local"),
+                       default="local", help="local processes, or submitit jobs (SLURM)")
     sweep.add_argument("overrides", nargs="*", help="dotted overrides applied to every variant")
 
     summ = sub.add_parser("summarize", help="tables and plots from a results directory")
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "sweep":
             from trainer.sweep import run_sweep
 
-            root = run_sweep(args.config, args.out, args.parallel, args.overrides)
+            root = run_sweep(args.config, args.out, args.parallel, args.overrides, args.launcher)
             print((root / "summary.md").read_text())
         elif args.command == "summarize":
             from trainer.results.summarize import summarize

@@ -37,6 +37,7 @@ class SweepSpec:
     grid: dict[str, list[Any]] = field(default_factory=dict)  # key -> values; all combinations
     seeds: list[int] = field(default_factory=lambda: [0])  # each variant runs once per seed
     exclude: list[dict[str, Any]] = field(default_factory=list)  # partial assignments to skip
+    launcher_params: dict[str, Any] = field(default_factory=dict)  # submitit/SLURM parameters
 
 
 @dataclass
@@ -99,9 +100,43 @@ def expand_variants(spec: SweepSpec) -> list[Variant]:
     return variants
 
 
+def _run_local(commands: list[list[str]], parallel: int, desc: str) -> list[int]:
+    """N local processes at a time; returns the exit codes in order."""
+    with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
+        runs = pool.map(lambda cmd: subprocess.run(cmd).returncode, commands)
+        return list(tqdm(runs, total=len(commands), desc=desc, unit="run", disable=parallel == 1))
+
+
+def _run_submitit(commands: list[list[str]], root: Path, cluster: str | None,
+                  params: dict) -> list[int]:
+    """One submitit job per variant: SLURM when available (cluster=None), else local processes.
+
+    ``params`` go to ``AutoExecutor.update_parameters`` (e.g. timeout_min, slurm_partition,
+    gpus_per_node); they come from the sweep spec's ``launcher_params``.
+    """
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=root / ".submitit", cluster=cluster)
+    executor.update_parameters(**{"timeout_min": 24 * 60, **params})
+    jobs = [executor.submit(submitit.helpers.CommandFunction(cmd, verbose=False))
+            for cmd in commands]
+    codes = []
+    for job in jobs:
+        try:
+            job.result()
+            codes.append(0)
+        except Exception:  # submitit re-raises the job's failure here; the run dir tells why
+            codes.append(1)
+    return codes
+
+
 def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
-              extra: list[str] = ()) -> Path:
-    """Run every variant of the sweep into ``out_dir`` and write its summary table."""
+              extra: list[str] = (), launcher: str = "local") -> Path:
+    """Run every variant of the sweep into ``out_dir`` and write its summary table.
+
+    ``launcher``: local (``parallel`` processes here), submitit (SLURM when the cluster has
+    it, one job per variant), or submitit-local (the same jobs as local processes).
+    """
     from trainer.data import prepare
     from trainer.results.summarize import summarize
     from trainer.telemetry.tensorboard import write_hparams_config
@@ -114,22 +149,20 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     # Validate every variant before anything runs, so a typo fails the sweep up front.
     configs = [load_config(base, [*v.overrides, *extra]) for v in variants]
     root.mkdir(parents=True, exist_ok=True)
-    write_hparams_config(root, [k.split(".")[-1] for k in HPARAM_KEYS])
+    if not list(root.glob("events.out.tfevents.*")):  # once per results dir, not per rerun
+        write_hparams_config(root, [k.split(".")[-1] for k in HPARAM_KEYS])
     prepare(configs[0].data)  # build the dataset/tokenizer cache once, not in N processes
 
-    def launch(variant: Variant) -> tuple[str, int]:
-        cmd = [sys.executable, "-m", "trainer", "train", "--config", str(base),
-               "--workdir", str(root / variant.name), *variant.overrides, *extra]
-        if parallel > 1:
-            cmd.append("--quiet")
-        return variant.name, subprocess.run(cmd).returncode
-
-    failed = []
-    with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
-        for name_, rc in tqdm(pool.map(launch, variants), total=len(variants), desc=f"sweep {name}",
-                              unit="run", disable=parallel == 1):
-            if rc != 0:
-                failed.append(name_)
+    commands = [[sys.executable, "-m", "trainer", "train", "--config", str(base),
+                 "--workdir", str(root / v.name), *v.overrides, *extra,
+                 *(["--quiet"] if parallel > 1 or launcher != "local" else [])]
+                for v in variants]
+    if launcher == "local":
+        codes = _run_local(commands, parallel, desc=f"sweep {name}")
+    else:
+        codes = _run_submitit(commands, root, "local" if launcher == "submitit-local" else None,
+                              spec.launcher_params)
+    failed = [v.name for v, rc in zip(variants, codes) if rc != 0]
     summarize(root)
     if failed:
         raise RuntimeError(f"{len(failed)} variant(s) failed: {', '.join(failed)}")
