@@ -7,6 +7,7 @@ summaries, evaluating, checkpointing, deciding that a run diverged.
 from __future__ import annotations
 
 import math
+import resource
 import sys
 import time
 from pathlib import Path
@@ -233,6 +234,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
         "compile_count": {"train": train_step.experimental_get_tracing_count(),
                           "eval": eval_step.experimental_get_tracing_count()},
         "num_params": int(model.count_params()),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "end_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     write_json(run_dir / "summary.json", summary)
