@@ -57,16 +57,17 @@ class _Norm(keras.layers.Layer):
         super().__init__(**kwargs)
 
 
-@register("layer")
-class LayerNorm(_Norm):
-    """LayerNorm: each token normalized over its own features (keras LayerNormalization)."""
+class _KerasTokenNorm(_Norm):
+    """A per-token keras norm computed in float32; the mask is irrelevant to it."""
 
     accepts = ("epsilon",)
+    keras_class: type[keras.layers.Layer]
+    inner_name: str
 
     def __init__(self, epsilon: float = 1e-5, **kwargs):
         super().__init__(**kwargs)
         self.epsilon = epsilon
-        self.inner = keras.layers.LayerNormalization(epsilon=epsilon, dtype="float32", name="ln")
+        self.inner = self.keras_class(epsilon=epsilon, dtype="float32", name=self.inner_name)
 
     def build(self, input_shape):
         self.inner.build(input_shape)
@@ -76,27 +77,20 @@ class LayerNorm(_Norm):
 
     def get_config(self):
         return {**super().get_config(), "epsilon": self.epsilon}
+
+
+@register("layer")
+class LayerNorm(_KerasTokenNorm):
+    """LayerNorm: each token normalized over its own features (keras LayerNormalization)."""
+
+    keras_class, inner_name = keras.layers.LayerNormalization, "ln"
 
 
 @register("rms")
-class RMSNorm(_Norm):
+class RMSNorm(_KerasTokenNorm):
     """RMSNorm: x / rms(x) * gamma, per token, no centring (keras RMSNormalization)."""
 
-    accepts = ("epsilon",)
-
-    def __init__(self, epsilon: float = 1e-5, **kwargs):
-        super().__init__(**kwargs)
-        self.epsilon = epsilon
-        self.inner = keras.layers.RMSNormalization(epsilon=epsilon, dtype="float32", name="rms")
-
-    def build(self, input_shape):
-        self.inner.build(input_shape)
-
-    def call(self, x, padding_mask=None, training=None):
-        return self.inner(ops.cast(x, "float32"))
-
-    def get_config(self):
-        return {**super().get_config(), "epsilon": self.epsilon}
+    keras_class, inner_name = keras.layers.RMSNormalization, "rms"
 
 
 @register("dyt")
