@@ -211,7 +211,9 @@ def test_stats_and_pad_fraction(corpus):
     assert st["examples"]["train"] == len(corpus.splits["train"])
     assert sum(st["bucket_histogram"].values()) == st["windows"]["train"]
     assert st["windows"]["train"] > st["examples"]["train"]
-    assert corpus.bucket_shapes() == [(128, 32), (64, 64), (42, 96), (32, 128), (21, 192), (16, 256)]
+    budget, buckets = corpus.data_cfg.tokens_per_batch, list(corpus.data_cfg.buckets)
+    assert corpus.bucket_shapes() == [(budget // length, length) for length in buckets]
+    assert buckets[-1] == corpus.max_len == 256
     print("embedded stats:", json.dumps(st))
     assert 0 < st["pad_fraction"] < 0.25
 

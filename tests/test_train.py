@@ -54,6 +54,11 @@ def test_run_directory_is_self_describing(tiny_run):
     assert 0 < summary["pad_fraction"] < 0.5
     assert summary["tokens_per_sec"] > 0
     assert list((run_dir / "checkpoints").glob("ckpt-6.index"))
+    # one XLA program per bucket shape, never one per batch
+    buckets = len(cfg.data.buckets)
+    assert 1 <= summary["compile_count"]["train"] <= buckets
+    assert 1 <= summary["compile_count"]["eval"] <= buckets
+    assert summary["peak_rss_mb"] > 100
 
 
 def test_curves_readable_by_tensorboard(tiny_run):

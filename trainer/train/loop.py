@@ -117,9 +117,12 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
                      "replicas": strategy.num_replicas_in_sync}
         write_json(run_dir / "meta.json",
                    collect_meta(cfg, argv if argv is not None else sys.argv, data_info))
-    # Curves past the checkpoint belong to work that is about to be redone.
+    # Curves past the checkpoint belong to work that is about to be redone (the evaluation at
+    # the checkpoint's own step ran before it was saved; a fresh start redoes everything).
     truncate_events(run_dir / "train", keep_below=start)
-    truncate_events(run_dir / "eval", keep_below=start + 1)
+    truncate_events(run_dir / "eval", keep_below=start + 1 if start else 0)
+    if start == 0:
+        truncate_events(run_dir, keep_below=0)  # the HParams session is written again below
 
     xla = cfg.runtime.xla
     if strategy.num_replicas_in_sync > 1:
@@ -232,7 +235,8 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
         "padded_tokens_per_sec": padded_tokens / timed if timed else None,
         "pad_fraction": stats["pad_fraction"],
         "compile_count": {"train": train_step.experimental_get_tracing_count(),
-                          "eval": eval_step.experimental_get_tracing_count()},
+                          "eval": eval_step.experimental_get_tracing_count(),
+                          "eval_train_mode": eval_step_train_mode.experimental_get_tracing_count()},
         "num_params": int(model.count_params()),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "end_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
