@@ -62,6 +62,11 @@ def _g(x) -> str:
     return f"{x:.3g}" if isinstance(x, float) else str(x)
 
 
+def _verdict(*parts: bool) -> bool | str:
+    """True when every part of a claim shows, "partly" when some do, False when none does."""
+    return True if all(parts) else ("partly" if any(parts) else False)
+
+
 def _loss(summary: dict) -> str:
     if summary.get("status") == "diverged":
         return f"diverged at step {summary['diverged_step']}"
@@ -129,7 +134,7 @@ def measure(runs: Runs) -> list[dict]:
     none_lr = [runs.get(lr, norm="none", placement=p, warmup_steps=w)[1]
                for p in ("pre", "post") for w in (0, 20)]
     diverged = sum(s.get("status") == "diverged" for s in none_lr)
-    holds = growth["none"] > growth["layer"]
+    holds = _verdict(growth["none"] > growth["layer"], diverged > 0)
     out.append(dict(id="F5", claim="Without normalization the residual stream grows with depth "
                     "and training is fragile at high learning rates",
                     measured=f"token std last/first block: none {_g(growth['none'])}, layer "
@@ -148,7 +153,7 @@ def measure(runs: Runs) -> list[dict]:
     def val(s):
         return math.inf if s.get("status") == "diverged" else (s.get("final_eval_loss") or math.inf)
 
-    holds = val(post0[1]) > val(pre0[1]) and val(post20[1]) < val(post0[1])
+    holds = _verdict(val(post0[1]) > val(pre0[1]), val(post20[1]) < val(post0[1]))
     out.append(dict(id="F6", claim="Post-LN needs warm-up, Pre-LN does not; at init Post-LN's "
                     "gradient norm depends on depth",
                     measured=f"lr 1e-2, no warm-up: post {_loss(post0[1])}, pre "
@@ -179,9 +184,18 @@ def render(root: Path, findings: list[dict], runs: Runs) -> str:
         "|---|---|---|---|---|",
     ]
     for f in findings:
-        verdict = "yes" if f["verdict"] else "**no** (see the numbers)"
+        verdict = {True: "yes", "partly": "**partly** (see the numbers)"}.get(
+            f["verdict"], "**no** (see the numbers)")
         lines.append(f"| {f['id']} | {f['claim']} | {f['measured']} | {verdict} | "
                      f"[{f['plot']}]({root.name}/{f['plot']}) |")
+    collapsed = []
+    for cfg_, path, summary in runs.runs:
+        cos = runs.eval(path, f"probe/token_cosine/block_{int(cfg_.model.num_layers) - 1}")
+        if cos > 0.99:
+            collapsed.append(f"`{path.parent.name}/{path.name}` ({_loss(summary)})")
+    lines += ["", f"Runs whose last block maps every token of a sequence to the same direction "
+              f"(token cosine > 0.99: rank collapse; final eval loss in brackets): "
+              f"{len(collapsed)} of {len(runs.runs)}: " + ", ".join(collapsed) + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -183,7 +183,7 @@ def plot_depth(groups, colors, path: Path, group, prefix, suffix, ylabel, title,
     if drawn:
         if log:
             ax.set_yscale("log")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: many variants
         ax.xaxis.get_major_locator().set_params(integer=True)
     else:
         _empty(ax, ylabel)
