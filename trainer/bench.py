@@ -21,13 +21,11 @@ Everything runs in one process, in this order:
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import resource
 import sys
 import tempfile
-import threading
 import time
 from importlib import metadata
 from pathlib import Path

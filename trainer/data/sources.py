@@ -20,6 +20,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+
 SPLITS = ("train", "validation", "test")
 # Bump when the embedded extraction/cleaning changes: it is part of the on-disk cache key.
 EXTRACT_VERSION = "wiki-v2"
@@ -58,19 +59,6 @@ def atomic_dir(final: Path) -> Iterator[Path]:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` then ``os.replace`` it onto ``path`` (same content from any writer)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def stable_hash(key: str) -> str:

@@ -13,7 +13,9 @@ import numpy as np
 
 from trainer.config import MIN_VOCAB  # the specials + the 256-symbol byte alphabet
 
-from .sources import DataError, atomic_write
+from trainer.atomic import atomic_write
+
+from .sources import DataError
 
 SPECIALS = ("[PAD]", "[BOS]", "[EOS]")
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2

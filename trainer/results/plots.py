@@ -23,6 +23,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from trainer.atomic import atomic_write  # noqa: E402
+
 FLOOR = 1e-9  # batch invariance is 0 (or float noise) for per-token norms: plotted at this floor
 BLOCK = re.compile(r"block_(\d+)")
 
@@ -45,10 +47,10 @@ def _finite(points):
 
 def _save(fig, path: Path) -> None:
     """Write via a temp file + rename: a reader never sees half a PNG."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png"))
+    finally:
+        plt.close(fig)
 
 
 def _empty(ax, what: str) -> None:

@@ -5,18 +5,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import platform
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from trainer.atomic import write_atomic
 from trainer.config import ConfigError, to_yaml
 
 PACKAGES = ("tensorflow", "keras", "tensorboard", "datasets", "tokenizers", "gensim", "omegaconf",
@@ -25,19 +24,6 @@ PACKAGES = ("tensorflow", "keras", "tensorboard", "datasets", "tokenizers", "gen
 
 class RunDirError(ConfigError):
     """The run directory cannot be used as asked (different config, unwritable, ...)."""
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file + rename so readers never see half a file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_json(path: Path, obj: dict) -> None:
