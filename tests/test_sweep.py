@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TINY
-from trainer.config import load_config
+from trainer.config import ConfigError, load_config
 from trainer.sweep import SweepSpec, expand_variants, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,21 +17,39 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_grid_names_exclusions_and_seeds():
     spec = SweepSpec(grid={"model.norm": ["layer", "batch"], "model.residual": [True, False]},
-                     seeds=[0, 1], exclude=[{"model.norm": "batch", "model.residual": False}],
+                     seeds=[0, 1], exclude=[{"model.norm": "batch", "model.residual": False},
+                                            {"model.residual": False, "seed": 1}],
                      overrides=["train.steps=5", "train.warmup_steps=1"])
     variants = expand_variants(spec)
     names = [v.name for v in variants]
-    assert names == ["norm=layer,residual=true,seed=0", "norm=layer,residual=true,seed=1",
-                     "norm=layer,residual=false,seed=0", "norm=layer,residual=false,seed=1",
-                     "norm=batch,residual=true,seed=0", "norm=batch,residual=true,seed=1"]
-    cfg = load_config(None, variants[3].overrides)
+    # The base seed (0) is not named: adding seeds later never renames finished runs.
+    assert names == ["norm=layer,residual=true", "norm=layer,residual=true,seed=1",
+                     "norm=layer,residual=false",
+                     "norm=batch,residual=true", "norm=batch,residual=true,seed=1"]
+    cfg = load_config(None, variants[1].overrides)
     assert (cfg.model.norm, cfg.model.residual, cfg.train.seed, cfg.train.steps) == \
-        ("layer", "false", 1, 5)
+        ("layer", "true", 1, 5)
+    assert load_config(None, variants[0].overrides).train.seed == 0
+
+
+def test_seed_names_are_relative_to_the_base_seed():
+    spec = SweepSpec(grid={"model.norm": ["layer"]}, seeds=[0, 7])
+    assert [v.name for v in expand_variants(spec, base_seed=7)] == ["norm=layer,seed=0", "norm=layer"]
+    # Extending the seeds keeps the earlier names: the rerun skips what is already done.
+    one = {v.name for v in expand_variants(SweepSpec(grid={"model.norm": ["layer"]}, seeds=[0]))}
+    assert one < {v.name for v in expand_variants(spec)}
+
+
+def test_seed_in_grid_is_refused(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("grid:\n  train.seed: [1, 2]\n")
+    with pytest.raises(ConfigError, match="seeds:"):
+        load_spec(spec)
 
 
 def test_same_leaf_in_two_sections_uses_full_path():
-    spec = SweepSpec(grid={"model.dropout": [0.0], "data.name": ["x"], "train.seed": [3]})
-    assert expand_variants(spec)[0].name == "dropout=0.0,name=x,seed=3"
+    spec = SweepSpec(grid={"model.dropout": [0.0], "data.name": ["x"]})
+    assert expand_variants(spec)[0].name == "dropout=0.0,name=x"
     spec = SweepSpec(grid={"data.config": ["a"], "model.config": ["b"]})
     assert expand_variants(spec)[0].name == "data.config=a,model.config=b"
 

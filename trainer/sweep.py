@@ -63,6 +63,8 @@ def load_spec(path: str | os.PathLike) -> tuple[SweepSpec, Path]:
         raise ConfigError(f"{path}: sweep name '{spec.name}' must be a plain directory name")
     if not spec.grid:
         raise ConfigError(f"{path}: a sweep needs a non-empty 'grid:'")
+    if "train.seed" in spec.grid:
+        raise ConfigError(f"{path}: list seeds under 'seeds:', not as a grid axis 'train.seed'")
     for key, values in spec.grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{path}: grid '{key}' must be a non-empty list")
@@ -79,19 +81,25 @@ def _raw(path: Path) -> dict:
     return data
 
 
-def expand_variants(spec: SweepSpec) -> list[Variant]:
-    """Every grid combination x seed, minus exclusions; names like ``norm=batch,residual=false``."""
+def expand_variants(spec: SweepSpec, base_seed: int = 0) -> list[Variant]:
+    """Every grid combination x seed, minus exclusions; names like ``norm=batch,residual=false``.
+
+    A run's name lists its grid values, plus ``seed=N`` when N is not the base config's seed
+    (``base_seed``): adding seeds to a sweep later adds runs and never renames the existing
+    ones. An exclusion may name ``seed`` to run some variants on fewer seeds.
+    """
     keys = list(spec.grid)
     leaves = [k.split(".")[-1] for k in keys]
     labels = [leaf if leaves.count(leaf) == 1 else k for k, leaf in zip(keys, leaves)]
     variants = []
     for values in itertools.product(*(spec.grid[k] for k in keys)):
         assignment = dict(zip(keys, values))
-        if any(all(_fmt(assignment.get(k)) == _fmt(v) for k, v in ex.items()) for ex in spec.exclude):
-            continue
         base_name = ",".join(f"{label}={_fmt(v)}" for label, v in zip(labels, values))
         for seed in spec.seeds:
-            name = base_name + (f",seed={seed}" if len(spec.seeds) > 1 else "")
+            point = {**assignment, "seed": seed}
+            if any(all(_fmt(point.get(k)) == _fmt(v) for k, v in ex.items()) for ex in spec.exclude):
+                continue
+            name = base_name + (f",seed={seed}" if seed != base_seed else "")
             if not SAFE_NAME.fullmatch(name):
                 raise ConfigError(f"grid values make an unsafe run name '{name}'")
             overrides = [*spec.overrides, *(f"{k}={_fmt(v)}" for k, v in assignment.items()),
@@ -145,7 +153,8 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     spec, base = load_spec(spec_path)
     name = spec.name or Path(spec_path).stem
     root = Path(out_dir) if out_dir else Path("results") / name
-    variants = expand_variants(spec)
+    base_seed = load_config(base, [*spec.overrides, *extra]).train.seed
+    variants = expand_variants(spec, base_seed)
     # Validate every variant before anything runs, so a typo fails the sweep up front.
     configs = [load_config(base, [*v.overrides, *extra]) for v in variants]
     root.mkdir(parents=True, exist_ok=True)
