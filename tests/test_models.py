@@ -213,6 +213,17 @@ def test_train_inference_consistency(norm):
         assert gap <= SAME, gap
     else:  # fresh running statistics (0, 1) are nothing like the batch's
         assert norm in BATCH_NORMS and gap > CHANGED, gap
+    # The loop evaluates train mode with the inference program when this says "no".
+    assert model.mode_dependent == (gap > CHANGED)
+
+
+def test_dropout_makes_any_model_mode_dependent():
+    keras.utils.set_random_seed(0)
+    model = CausalLM(VOCAB, MAX_LEN, num_layers=2, dim=DIM, num_heads=2, ffn_dim=64, dropout=0.5)
+    model.build((None, MAX_LEN))
+    tokens, mask = padded([SEQ_A, SEQ_B], 8)
+    gap = np.abs(logits(model, tokens, mask, False) - logits(model, tokens, mask, True)).max()
+    assert model.mode_dependent and gap > CHANGED
 
 
 # ---------------------------------------------------------------- causality

@@ -83,9 +83,9 @@ def test_probes_separate_layer_from_batch_norm(runs):
     assert min(v for _, v in bn["probe/batch_invariance"]) > 1e-3
     for probes in (ln, bn):  # running statistics make inference batch-invariant for both
         assert max(v for _, v in probes["probe/batch_invariance_inference"]) < 1e-4
-    # LN: train and inference mode are the same function; BN: they are not
-    for (_, a), (_, b) in zip(ln["loss"], ln["loss_train_mode"]):
-        assert a == pytest.approx(b, abs=1e-5)
+    # LN: train and inference mode are the same function (the loop reuses the inference
+    # program; test_models checks the model's mode_dependent flag); BN: they are not
+    assert [v for _, v in ln["loss"]] == [v for _, v in ln["loss_train_mode"]]
     assert any(abs(a - b) > 1e-3 for (_, a), (_, b) in zip(bn["loss"], bn["loss_train_mode"]))
 
 

@@ -58,6 +58,9 @@ def test_run_directory_is_self_describing(tiny_run):
     buckets = len(cfg.data.buckets)
     assert 1 <= summary["compile_count"]["train"] <= buckets
     assert 1 <= summary["compile_count"]["eval"] <= buckets
+    # LayerNorm without dropout: the inference program also gives the train-mode eval loss
+    assert summary["compile_count"]["eval_train_mode"] == 0
+    assert summary["final_eval_loss_train_mode"] == summary["final_eval_loss"]
     assert summary["peak_rss_mb"] > 100
 
 

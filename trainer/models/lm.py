@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from trainer.models.block import Block, normal_init
-from trainer.models.norms import make_norm
+from trainer.models.norms import BATCH_NORMS, make_norm
 
 
 @keras.saving.register_keras_serializable(package="trainer")
@@ -67,6 +67,12 @@ class CausalLM(keras.Model):
         x = self.final_norm(x, padding_mask=padding_mask, training=training)
         logits = self.head(ops.cast(x, "float32"))  # (B, T, V), float32 for a stable softmax
         return (logits, hidden) if return_hidden else logits
+
+    @property
+    def mode_dependent(self) -> bool:
+        """Whether ``training=True`` computes anything different from inference: batch-statistic
+        norms or dropout. When not, one compiled eval program serves both modes."""
+        return self.block_args["norm"] in BATCH_NORMS or self.block_args["dropout"] > 0
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "max_len": self.max_len,

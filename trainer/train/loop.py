@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from trainer.data import prepare
 from trainer.models import build_model
+from trainer.memory import release_free_memory
 from trainer.telemetry.probes import ProbeBatch, frozen_state, run_probes
 from trainer.telemetry.tensorboard import RunWriters, expand, truncate_events
 from trainer.train.rundir import collect_meta, inspect_run_dir, read_json, run_lock, write_json
@@ -132,7 +133,10 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
         train_step = make_train_step(model, optimizer, clip_norm=t.clip_norm,
                                      telemetry=cfg.runtime.telemetry, xla=xla)
     eval_step = make_eval_step(model, xla=xla)
-    eval_step_train_mode = make_eval_step(model, xla=xla, training=True)
+    # Without batch statistics or dropout the train-mode program would be the same program:
+    # reuse it rather than compile (and hold in memory) a copy per eval shape.
+    eval_step_train_mode = (make_eval_step(model, xla=xla, training=True)
+                            if model.mode_dependent else None)
     eval_batches = corpus.eval_batches("validation", cfg.data.eval_batches or None)
 
     writers = RunWriters(run_dir)
@@ -155,8 +159,10 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
 
     def run_eval(step: int) -> None:
         nonlocal best, last_eval, last_train_mode, last_probes
+        compiled = eval_step.experimental_get_tracing_count()
         loss = evaluate(eval_step, eval_batches)
-        train_mode = evaluate_train_mode(model, eval_step_train_mode, eval_batches)
+        train_mode = (evaluate_train_mode(model, eval_step_train_mode, eval_batches)
+                      if eval_step_train_mode else loss)
         scalars = {"loss": loss, "perplexity": math.exp(min(loss, 50.0)),
                    "loss_train_mode": train_mode}
         if cfg.runtime.telemetry:
@@ -164,6 +170,8 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
             scalars.update(last_probes)
             writers.histograms("eval", histograms, step)
         writers.write("eval", scalars, step)
+        if eval_step.experimental_get_tracing_count() != compiled:
+            release_free_memory()
         last_eval, last_train_mode = loss, train_mode
         if math.isfinite(loss):
             best = min(best, loss)
@@ -181,7 +189,9 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
         loss = float(out["loss"])  # also the sync point that makes the timing honest
         dt = time.perf_counter() - t0
         n_real = float(out["tokens"])
-        if train_step.experimental_get_tracing_count() == traces:  # compiling steps don't count
+        if train_step.experimental_get_tracing_count() != traces:  # compiled a new shape
+            release_free_memory()  # the compiler's garbage, before it adds to the next peak
+        else:  # compiling steps don't count
             timed += dt
             real_tokens += n_real
             padded_tokens += float(np.prod(batch["inputs"].shape))
@@ -236,7 +246,8 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
         "pad_fraction": stats["pad_fraction"],
         "compile_count": {"train": train_step.experimental_get_tracing_count(),
                           "eval": eval_step.experimental_get_tracing_count(),
-                          "eval_train_mode": eval_step_train_mode.experimental_get_tracing_count()},
+                          "eval_train_mode": eval_step_train_mode.experimental_get_tracing_count()
+                          if eval_step_train_mode else 0},
         "num_params": int(model.count_params()),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "end_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
