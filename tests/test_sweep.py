@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from tests.conftest import TINY
 from trainer.config import ConfigError, load_config
@@ -59,6 +60,21 @@ def test_shipped_sweeps_expand_to_valid_configs():
         spec, base = load_spec(path)
         for v in expand_variants(spec):
             load_config(base, v.overrides)
+
+
+@pytest.mark.parametrize("spec_name, sub", [("reference.yaml", "grid"),
+                                            ("reference_lr.yaml", "lr_slice")])
+def test_reference_specs_still_resolve_to_the_committed_run_configs(spec_name, sub):
+    """Regenerating results/reference reruns exactly the committed configs: a changed default
+    or spec that would silently alter a committed run fails here."""
+    spec, base = load_spec(ROOT / "configs/sweeps" / spec_name)
+    variants = {v.name: v for v in expand_variants(spec, load_config(base, spec.overrides).train.seed)}
+    committed = sorted(p.parent for p in (ROOT / "results/reference" / sub).glob("*/config.yaml"))
+    assert committed and {p.name for p in committed} <= set(variants)
+    for run in committed:
+        expected = OmegaConf.to_container(load_config(run / "config.yaml"))
+        assert OmegaConf.to_container(load_config(base, variants[run.name].overrides)) == expected, \
+            run.name
 
 
 def _sweep(tmp_path, *args):
