@@ -71,6 +71,9 @@ def test_bench_cli_writes_wellformed_json(tmp_path, tiny):
     assert _finite_positive(r["matmul_peak"]["gflops_best"])
     assert _finite_positive(r["mfu"])
     assert _finite_positive(r["peak_rss_bytes"])
+    run = r["train_run"]  # the peak RSS is a real training run's, which met every shape
+    assert run["peak_rss_bytes"] == r["peak_rss_bytes"] and run["compile_count"]["train"] == 2
+    assert _finite_positive(r["bench_process_peak_rss_gib"])
     assert set(r["targets"]) == set(TARGETS)
     for name, tg in r["targets"].items():
         assert {"measured", "target", "pass"} <= set(tg), name
