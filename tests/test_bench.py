@@ -60,9 +60,10 @@ def test_bench_cli_writes_wellformed_json(tmp_path, tiny):
     cc = r["compile_count"]
     for k in ("train", "train_telemetry_off", "eval", "total", "bound"):
         assert isinstance(cc[k], int), k
-    assert cc["bound"] == 2 + cc["eval_shapes"]
-    assert 1 <= cc["train"] <= 2 and 1 <= cc["eval"] <= cc["eval_shapes"]
-    assert cc["total"] <= cc["bound"] and cc["pad_to_max_train"] == 1
+    shared = cc["shared_update"]  # configs/base.yaml: one update program for every shape
+    assert shared == 1 and cc["bound"] == 2 + cc["eval_shapes"] + shared
+    assert cc["train"] == 2 + shared and 1 <= cc["eval"] <= cc["eval_shapes"]
+    assert cc["total"] <= cc["bound"] and cc["pad_to_max_train"] == 1 + shared
     assert math.isfinite(r["telemetry_overhead"]["overhead_every_step"])
     assert "definition" in r["telemetry_overhead"]
     f = r["flops"]
@@ -72,7 +73,7 @@ def test_bench_cli_writes_wellformed_json(tmp_path, tiny):
     assert _finite_positive(r["mfu"])
     assert _finite_positive(r["peak_rss_bytes"])
     run = r["train_run"]  # the peak RSS is a real training run's, which met every shape
-    assert run["peak_rss_bytes"] == r["peak_rss_bytes"] and run["compile_count"]["train"] == 2
+    assert run["peak_rss_bytes"] == r["peak_rss_bytes"] and run["compile_count"]["train"] == 3
     assert _finite_positive(r["bench_process_peak_rss_gib"])
     assert set(r["targets"]) == set(TARGETS)
     for name, tg in r["targets"].items():

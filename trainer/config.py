@@ -92,6 +92,10 @@ class RuntimeConfig:
     strategy: str = "auto"  # auto | default | mirrored | multi_worker | tpu
     mixed_precision: bool = False  # bfloat16 compute on GPU/TPU; norms stay float32
     telemetry: bool = True  # per-block statistics in the train step
+    # true: compile the AdamW update once for all bucket shapes, on dense gradients (a third of
+    # the memory per shape); false: forward, backward and a sparse-embedding update in one
+    # program per shape, as results/reference was made. See make_train_step.
+    shared_update: bool = False
 
 
 @dataclass

@@ -131,7 +131,8 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
                                                 clip_norm=t.clip_norm, xla=xla)
     else:
         train_step = make_train_step(model, optimizer, clip_norm=t.clip_norm,
-                                     telemetry=cfg.runtime.telemetry, xla=xla)
+                                     telemetry=cfg.runtime.telemetry, xla=xla,
+                                     shared_update=cfg.runtime.shared_update)
     eval_step = make_eval_step(model, xla=xla)
     # Without batch statistics or dropout the train-mode program would be the same program:
     # reuse it rather than compile (and hold in memory) a copy per eval shape.
