@@ -59,6 +59,12 @@ def test_build_model_from_config():
     assert all(isinstance(b.attention_norm, MaskedBatchNorm) for b in model.blocks)
     tokens, mask = padded([SEQ_A], 8)
     assert logits(model, tokens, mask, False).shape == (1, 8, VOCAB)
+    assert model.head.bias is not None  # the schema default, as the reference runs had
+    unbiased = build_model(load_config(None, ["model.head_bias=false", "model.num_layers=1"]).model,
+                           VOCAB, MAX_LEN)
+    assert unbiased.head.bias is None and unbiased.get_config()["head_bias"] is False
+    assert unbiased.count_params() == build_model(
+        load_config(None, ["model.num_layers=1"]).model, VOCAB, MAX_LEN).count_params() - VOCAB
 
 
 @pytest.mark.parametrize("placement,residual", [("post", "rezero"), ("Pre", "true"),

@@ -47,6 +47,7 @@ class ModelConfig:
     dyt_alpha: float = 0.5  # initial alpha of DyT: gamma * tanh(alpha * x) + beta
     norm_epsilon: float = 1e-5  # epsilon of every normalization layer
     bn_momentum: float = 0.99  # running-statistics momentum of the batch-norm variants
+    head_bias: bool = True  # a bias on the vocabulary head (GPT-2 and LLaMA have none)
 
 
 @dataclass

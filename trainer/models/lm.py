@@ -24,7 +24,7 @@ class CausalLM(keras.Model):
                  num_heads: int = 4, ffn_dim: int = 512, dropout: float = 0.0,
                  norm: str = "layer", placement: str = "pre", residual: str = "true",
                  norm_epsilon: float = 1e-5, bn_momentum: float = 0.99, dyt_alpha: float = 0.5,
-                 **kwargs):
+                 head_bias: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size, self.max_len, self.num_layers = vocab_size, max_len, num_layers
         self.block_args = dict(dim=dim, num_heads=num_heads, ffn_dim=ffn_dim, dropout=dropout,
@@ -41,8 +41,9 @@ class CausalLM(keras.Model):
         self.final_norm = make_norm(norm if placement == "pre" else "none", epsilon=norm_epsilon,
                                     momentum=bn_momentum, dyt_alpha=dyt_alpha,
                                     name_prefix="final_norm")
-        self.head = keras.layers.Dense(vocab_size, kernel_initializer=normal_init(), dtype="float32",
-                                       name="head")
+        self.head_bias = head_bias
+        self.head = keras.layers.Dense(vocab_size, use_bias=head_bias, kernel_initializer=normal_init(),
+                                       dtype="float32", name="head")
 
     def build(self, input_shape):
         batch, length = input_shape[:2]
@@ -76,7 +77,7 @@ class CausalLM(keras.Model):
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "max_len": self.max_len,
-                "num_layers": self.num_layers, **self.block_args}
+                "num_layers": self.num_layers, "head_bias": self.head_bias, **self.block_args}
 
 
 def build_model(model_cfg, vocab_size: int, max_len: int) -> CausalLM:
@@ -86,6 +87,7 @@ def build_model(model_cfg, vocab_size: int, max_len: int) -> CausalLM:
                      dropout=model_cfg.dropout, norm=model_cfg.norm,
                      placement=model_cfg.placement, residual=model_cfg.residual,
                      norm_epsilon=model_cfg.norm_epsilon, bn_momentum=model_cfg.bn_momentum,
-                     dyt_alpha=model_cfg.dyt_alpha, name="causal_lm")
+                     dyt_alpha=model_cfg.dyt_alpha, head_bias=model_cfg.head_bias,
+                     name="causal_lm")
     model.build((None, max_len))
     return model
