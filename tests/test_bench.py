@@ -116,3 +116,16 @@ def test_bench_data_streaming_small(tmp_path):
         assert run["train_tokens"] > 100_000
     assert r["runs"]["cold"]["train_tokens"] == r["runs"]["warm"]["train_tokens"]
     assert set(r["targets"]["data_stream_rss"]) >= {"measured", "target", "pass"}
+
+
+def test_run_rss_is_the_runs_own_not_the_bench_process(tiny, monkeypatch):
+    """A child forked from a big process inherits its RSS high-water mark across exec; the
+    measured training run must report its own peak, not this process's."""
+    from trainer.bench import measure_run_rss, peak_rss_bytes
+
+    monkeypatch.chdir(ROOT)
+    ballast = np.ones(1 << 28, np.float32)  # 1 GiB resident here, far above a tiny run
+    overrides = [o for o in tiny if not o.startswith("train.steps")] + ["runtime.xla=false"]
+    run = measure_run_rss("configs/base.yaml", overrides, steps=3)
+    assert 0 < run["peak_rss_bytes"] < peak_rss_bytes() - 256 * 2**20, ballast.nbytes
+    assert run["steps"] == 3 and run["command"][:4] == ["python", "-m", "trainer", "train"]

@@ -231,11 +231,15 @@ def measure_run_rss(config_path: str, overrides: list[str], steps: int) -> dict:
         cmd = [sys.executable, "-m", "trainer", "train", "--config", str(config_path),
                "--workdir", tmp, "--quiet", *overrides, f"train.steps={steps}"]
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        # Through a small intermediate interpreter: a child forked straight from this (large)
+        # process starts with its resident pages counted, and Linux keeps that high-water
+        # mark across exec, so the run's ru_maxrss would read at least this process's RSS.
+        hop = "import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)"
+        proc = subprocess.run([sys.executable, "-c", hop, *cmd], capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"training child failed: {proc.stderr.strip()[-500:]}")
         summary = json.loads((Path(tmp) / "summary.json").read_text())
-    return {"command": ["python", *cmd[1:4], "<tmp>", *cmd[6:]], "steps": steps,
+    return {"command": ["python", *("<tmp>" if c == tmp else c for c in cmd[1:])], "steps": steps,
             "wall_s": time.perf_counter() - t0, "compile_count": summary["compile_count"],
             "peak_rss_bytes": int(summary["peak_rss_mb"] * 1024 * 1024)}
 
