@@ -65,10 +65,10 @@ def load_spec(path: str | os.PathLike) -> tuple[SweepSpec, Path]:
         raise ConfigError(f"{path}: a sweep needs a non-empty 'grid:'")
     if "train.seed" in spec.grid:
         raise ConfigError(f"{path}: list seeds under 'seeds:', not as a grid axis 'train.seed'")
-    expand_variants(spec)  # every run name must be a safe directory name (spec-level check)
     for key, values in spec.grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{path}: grid '{key}' must be a non-empty list")
+    expand_variants(spec)  # every run name must be a safe directory name (spec-level check)
     return spec, base
 
 
