@@ -32,6 +32,7 @@ SOURCES = ("embedded", "hub", "files")
 FILE_FORMATS = ("text", "json", "parquet")
 MIN_VOCAB = 3 + 256  # [PAD] [BOS] [EOS] + the byte alphabet of byte-level BPE
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
+INITS = ("normal", "xavier", "scaled")
 
 
 @dataclass
@@ -48,6 +49,7 @@ class ModelConfig:
     norm_epsilon: float = 1e-5  # epsilon of every normalization layer
     bn_momentum: float = 0.99  # running-statistics momentum of the batch-norm variants
     head_bias: bool = True  # a bias on the vocabulary head (GPT-2 and LLaMA have none)
+    init: str = "normal"  # normal: N(0, 0.02) | xavier: Glorot normal | scaled: GPT-2, out-proj / sqrt(2L)
 
 
 @dataclass
@@ -185,6 +187,7 @@ def validate(cfg: DictConfig) -> None:
     one_of("model.norm", m.norm, NORM_NAMES)
     one_of("model.placement", m.placement, PLACEMENTS)
     one_of("model.residual", m.residual, RESIDUALS)
+    one_of("model.init", m.init, INITS)
     one_of("data.source", d.source, SOURCES)
     one_of("data.format", d.format, FILE_FORMATS)
     one_of("runtime.strategy", r.strategy, STRATEGIES)
@@ -227,6 +230,21 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"train.warmup_steps must be in [0, train.steps], got {t.warmup_steps}")
     if t.clip_norm < 0 or t.weight_decay < 0:
         raise ConfigError("train.clip_norm and train.weight_decay must be >= 0")
+
+
+def network_key(cfg: DictConfig) -> str:
+    """The config with every key that cannot change the trained network put in one canonical
+    form; two configs with the same key train the same function from the same seed.
+
+    With ``model.norm=none`` there is no norm to place: pre ``x + F(x)`` and post ``x + F(x)``
+    (and the final norm, identity) are one network, so ``placement`` is canonically ``pre``.
+    ``name`` is a label only.
+    """
+    data = to_dict(cfg)
+    data.pop("name", None)
+    if data["model"]["norm"] == "none":
+        data["model"]["placement"] = "pre"
+    return OmegaConf.to_yaml(OmegaConf.create(data))
 
 
 def to_yaml(cfg: DictConfig) -> str:

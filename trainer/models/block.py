@@ -10,25 +10,54 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from trainer.config import PLACEMENTS, RESIDUALS
+from trainer.config import INITS, PLACEMENTS, RESIDUALS
 from trainer.models.norms import make_norm
 
-def normal_init() -> keras.initializers.Initializer:
-    """N(0, 0.02) (GPT-2). A new instance per layer: an initializer made once at import would
+NORMAL_STD = 0.02  # GPT-2's N(0, 0.02)
+
+
+def normal_init(stddev: float = NORMAL_STD) -> keras.initializers.Initializer:
+    """N(0, stddev). A new instance per layer: an initializer made once at import would
     carry one seed drawn before the run is seeded, identical for every layer that shares it."""
-    return keras.initializers.RandomNormal(stddev=0.02)
+    return keras.initializers.RandomNormal(stddev=stddev)
+
+
+def kernel_init(scheme: str, fan_in: int, fan_out: int, output_proj: bool = False,
+                num_layers: int = 1) -> keras.initializers.Initializer:
+    """The initializer of one weight matrix under ``model.init``:
+
+    - ``normal``: N(0, 0.02) everywhere (GPT-2's base scale; the schema default);
+    - ``xavier``: N(0, 2 / (fan_in + fan_out)) (Glorot), the init Xiong et al. (2020) analyse:
+      each sublayer's output has the scale of its input, so in Post-LN the branch is as large as
+      the stream and LN's Jacobian shrinks the gradient of every block below it;
+    - ``scaled``: N(0, 0.02), with the output projections that write into the residual stream
+      (attention output, FFN out) scaled by 1/sqrt(2L) (GPT-2), keeping the stream's variance
+      bounded over depth.
+    Fans are the matrix's logical fans (d_model, d_ffn, vocab), not Keras' per-axis guess for
+    multi-head kernels.
+    """
+    if scheme not in INITS:
+        raise ValueError(f"unknown init {scheme!r}; valid: {', '.join(INITS)}")
+    if scheme == "xavier":
+        return normal_init((2.0 / (fan_in + fan_out)) ** 0.5)
+    if scheme == "scaled" and output_proj:
+        return normal_init(NORMAL_STD / (2 * num_layers) ** 0.5)
+    return normal_init()
 
 
 @keras.saving.register_keras_serializable(package="trainer")
 class FeedForward(keras.layers.Layer):
     """Position-wise MLP: Dense(ffn_dim, gelu) -> Dense(dim) -> dropout."""
 
-    def __init__(self, dim: int, ffn_dim: int, dropout: float = 0.0, **kwargs):
+    def __init__(self, dim: int, ffn_dim: int, dropout: float = 0.0, init: str = "normal",
+                 num_layers: int = 1, **kwargs):
         super().__init__(**kwargs)
         self.dim, self.ffn_dim, self.dropout = dim, ffn_dim, dropout
-        self.hidden = keras.layers.Dense(ffn_dim, activation="gelu", kernel_initializer=normal_init(),
-                                         name="hidden")
-        self.out = keras.layers.Dense(dim, kernel_initializer=normal_init(), name="out")
+        self.init, self.num_layers = init, num_layers
+        self.hidden = keras.layers.Dense(ffn_dim, activation="gelu", name="hidden",
+                                         kernel_initializer=kernel_init(init, dim, ffn_dim))
+        self.out = keras.layers.Dense(dim, name="out", kernel_initializer=kernel_init(
+            init, ffn_dim, dim, output_proj=True, num_layers=num_layers))
         self.drop = keras.layers.Dropout(dropout)
 
     def build(self, input_shape):
@@ -40,7 +69,7 @@ class FeedForward(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "dim": self.dim, "ffn_dim": self.ffn_dim,
-                "dropout": self.dropout}
+                "dropout": self.dropout, "init": self.init, "num_layers": self.num_layers}
 
 
 @keras.saving.register_keras_serializable(package="trainer")
@@ -50,9 +79,10 @@ class Block(keras.layers.Layer):
     def __init__(self, dim: int, num_heads: int, ffn_dim: int, dropout: float = 0.0,
                  norm: str = "layer", placement: str = "pre", residual: str = "true",
                  norm_epsilon: float = 1e-5, bn_momentum: float = 0.99, dyt_alpha: float = 0.5,
-                 **kwargs):
+                 init: str = "normal", num_layers: int = 1, **kwargs):
         super().__init__(**kwargs)
         self.dim, self.num_heads, self.ffn_dim, self.dropout = dim, num_heads, ffn_dim, dropout
+        self.init, self.num_layers = init, num_layers
         self.norm, self.placement, self.residual = norm, placement, str(residual).lower()
         # call() branches on these strings: a typo must not silently select post-norm.
         if placement not in PLACEMENTS or self.residual not in RESIDUALS:
@@ -66,16 +96,23 @@ class Block(keras.layers.Layer):
         norm_kw = dict(epsilon=norm_epsilon, momentum=bn_momentum, dyt_alpha=dyt_alpha)
         self.attention_norm = make_norm(norm, name_prefix="attention_norm", **norm_kw)
         self.ffn_norm = make_norm(norm, name_prefix="ffn_norm", **norm_kw)
+        # Q, K, V and the output projection are all d_model x d_model matrices (fans d, d).
         self.attention = keras.layers.MultiHeadAttention(
-            num_heads, dim // num_heads, dropout=dropout, kernel_initializer=normal_init(),
+            num_heads, dim // num_heads, dropout=dropout, kernel_initializer=kernel_init(init, dim, dim),
             name="attention")
         self.attention_dropout = keras.layers.Dropout(dropout)
-        self.ffn = FeedForward(dim, ffn_dim, dropout, name="ffn")
+        self.ffn = FeedForward(dim, ffn_dim, dropout, init=init, num_layers=num_layers, name="ffn")
 
     def build(self, input_shape):
         self.attention_norm.build(input_shape)
         self.ffn_norm.build(input_shape)
         self.attention.build(input_shape, input_shape)
+        if self.init == "scaled":
+            # Keras' MultiHeadAttention takes one initializer for Q, K, V and the output; GPT-2
+            # scales only the output projection, which writes into the residual stream.
+            out = self.attention._output_dense.kernel
+            out.assign(kernel_init("scaled", self.dim, self.dim, output_proj=True,
+                                   num_layers=self.num_layers)(out.shape))
         self.ffn.build(input_shape)
         if self.residual == "rezero":
             self.attention_gate = self.add_weight(name="attention_gate", shape=(),
@@ -125,4 +162,4 @@ class Block(keras.layers.Layer):
                 "ffn_dim": self.ffn_dim, "dropout": self.dropout, "norm": self.norm,
                 "placement": self.placement, "residual": self.residual,
                 "norm_epsilon": self.norm_epsilon, "bn_momentum": self.bn_momentum,
-                "dyt_alpha": self.dyt_alpha}
+                "dyt_alpha": self.dyt_alpha, "init": self.init, "num_layers": self.num_layers}

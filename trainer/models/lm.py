@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from trainer.models.block import Block, normal_init
+from trainer.models.block import Block, kernel_init, normal_init
 from trainer.models.norms import BATCH_NORMS, make_norm
 
 
@@ -24,13 +24,13 @@ class CausalLM(keras.Model):
                  num_heads: int = 4, ffn_dim: int = 512, dropout: float = 0.0,
                  norm: str = "layer", placement: str = "pre", residual: str = "true",
                  norm_epsilon: float = 1e-5, bn_momentum: float = 0.99, dyt_alpha: float = 0.5,
-                 head_bias: bool = True, **kwargs):
+                 head_bias: bool = True, init: str = "normal", **kwargs):
         super().__init__(**kwargs)
         self.vocab_size, self.max_len, self.num_layers = vocab_size, max_len, num_layers
         self.block_args = dict(dim=dim, num_heads=num_heads, ffn_dim=ffn_dim, dropout=dropout,
                                norm=norm, placement=placement, residual=str(residual).lower(),
                                norm_epsilon=norm_epsilon, bn_momentum=bn_momentum,
-                               dyt_alpha=dyt_alpha)
+                               dyt_alpha=dyt_alpha, init=init, num_layers=num_layers)
         self.token_embedding = keras.layers.Embedding(vocab_size, dim, embeddings_initializer=normal_init(),
                                                       name="token_embedding")
         self.position_embedding = keras.layers.Embedding(max_len, dim, embeddings_initializer=normal_init(),
@@ -42,7 +42,8 @@ class CausalLM(keras.Model):
                                     momentum=bn_momentum, dyt_alpha=dyt_alpha,
                                     name_prefix="final_norm")
         self.head_bias = head_bias
-        self.head = keras.layers.Dense(vocab_size, use_bias=head_bias, kernel_initializer=normal_init(),
+        self.head = keras.layers.Dense(vocab_size, use_bias=head_bias,
+                                       kernel_initializer=kernel_init(init, dim, vocab_size),
                                        dtype="float32", name="head")
 
     def build(self, input_shape):
@@ -77,7 +78,7 @@ class CausalLM(keras.Model):
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "max_len": self.max_len,
-                "num_layers": self.num_layers, "head_bias": self.head_bias, **self.block_args}
+                "head_bias": self.head_bias, **self.block_args}
 
 
 def build_model(model_cfg, vocab_size: int, max_len: int) -> CausalLM:
@@ -88,6 +89,7 @@ def build_model(model_cfg, vocab_size: int, max_len: int) -> CausalLM:
                      placement=model_cfg.placement, residual=model_cfg.residual,
                      norm_epsilon=model_cfg.norm_epsilon, bn_momentum=model_cfg.bn_momentum,
                      dyt_alpha=model_cfg.dyt_alpha, head_bias=model_cfg.head_bias,
+                     init=model_cfg.init,
                      name="causal_lm")
     model.build((None, max_len))
     return model
