@@ -3,6 +3,7 @@
 - batch invariance: a fixed sequence's logits alone vs batched with others and extra padding
   (LayerNorm-like norms: 0; BatchNorm in training mode: > 0);
 - token cosine per block: mean pairwise cosine of a sequence's token vectors (-> 1: rank collapse);
+- rank-1 residual per block: ||X - 1 mean^T|| / ||X|| of a sequence's tokens (-> 0: rank collapse);
 - BN statistic drift per block: |batch moments - running moments| of each block's first norm.
 
 Probes run eagerly on one small fixed batch (a few ms) so they add no compiled shapes, and any
@@ -69,6 +70,25 @@ def mean_pairwise_cosine(x, mask) -> float:
     return float(np.mean((total[valid] - n[valid]) / (n[valid] * (n[valid] - 1))))
 
 
+def rank_collapse_residual(x, mask) -> float:
+    """Distance of a sequence's token matrix X (n, C) to rank-1 collapse, averaged over rows:
+    ||X - 1 mean(X)^T||_F / ||X||_F (Dong et al. 2021's res(X), relative, in Frobenius norm).
+
+    0 when every token carries the same vector (collapse); ~1 when tokens spread around a zero
+    mean. Centred, so unlike the pairwise cosine it does not read a shared offset as collapse,
+    and it stays defined as activations shrink (an all-zero row counts as collapsed).
+    """
+    x = np.asarray(x, np.float64)
+    mask = np.asarray(mask, np.float64)[..., None]
+    n = mask.sum(1)  # (B, 1)
+    valid = n[:, 0] > 1
+    mean = (x * mask).sum(1) / np.maximum(n, 1)  # (B, C)
+    resid = np.sqrt((np.square(x - mean[:, None]) * mask).sum((1, 2)))
+    total = np.sqrt((np.square(x) * mask).sum((1, 2)))
+    ratio = np.where(total > 1e-30, resid / np.maximum(total, 1e-30), 0.0)
+    return float(np.mean(ratio[valid]))
+
+
 def run_probes(model, probe: ProbeBatch) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """All probe scalars (eval/ tags) and per-block activation histograms."""
     scalars = {"probe/batch_invariance": batch_invariance(model, probe, training=True),
@@ -80,6 +100,7 @@ def run_probes(model, probe: ProbeBatch) -> tuple[dict[str, float], dict[str, np
     for i, (h, block) in enumerate(zip(hidden, model.blocks)):
         stream = h["stream"].numpy()
         scalars[f"probe/token_cosine/block_{i}"] = mean_pairwise_cosine(stream, mask)
+        scalars[f"probe/rank1_residual/block_{i}"] = rank_collapse_residual(stream, mask)
         histograms[f"activation/block_{i}"] = stream[real]
         if block.norm in BATCH_NORMS:
             norm = block.attention_norm

@@ -19,9 +19,11 @@ from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
 from trainer.data import prepare
-from trainer.models import build_model
+from trainer.models import BATCH_NORMS, build_model
 from trainer.memory import release_free_memory
+from trainer.telemetry.precise_bn import BATCHES as PRECISE_BN_BATCHES, population_statistics
 from trainer.telemetry.probes import ProbeBatch, frozen_state, run_probes
+from trainer.telemetry.spikes import SpikeCounter
 from trainer.telemetry.tensorboard import RunWriters, expand, truncate_events
 from trainer.train.rundir import collect_meta, inspect_run_dir, read_json, run_lock, write_json
 from trainer.train.step import make_eval_step, make_replicated_train_step, make_train_step
@@ -151,6 +153,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
     last_eval = history.get("final_eval_loss")
     last_train_mode = history.get("final_eval_loss_train_mode")
     last_probes = history.get("probes", {})
+    spikes = SpikeCounter.from_state(corpus.vocab_size, t.log_every, history.get("spikes"))
     status, diverged_step, last_finite = "completed", None, history.get("last_finite", {})
     real_tokens = padded_tokens = 0.0
     timed = 0.0
@@ -203,6 +206,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
             status, diverged_step = "diverged", step
             writers.write("train", {"nonfinite": float(nonfinite), "loss": loss}, step)
             break
+        spikes.update(step, loss)
         grad = float(out["grad_norm/global"])
         max_grad = max(max_grad, grad)
         last_finite = {"step": step, "loss": loss, "grad_norm": grad}
@@ -223,13 +227,18 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
             write_json(run_dir / "progress.json",
                        {"step": done, "best_eval_loss": best, "max_grad_norm": max_grad,
                         "final_eval_loss": last_eval, "final_eval_loss_train_mode": last_train_mode,
-                        "last_finite": last_finite,
+                        "last_finite": last_finite, "spikes": spikes.state(),
                         "probes": last_probes})
     bar.close()
     final = {"final/best_eval_loss": best, "final/max_grad_norm": max_grad,
              "final/diverged_step": -1 if diverged_step is None else diverged_step}
     writers.write("eval", final, t.steps)
     writers.close()
+    precise_bn = None
+    if status == "completed" and model.block_args["norm"] in BATCH_NORMS:
+        with population_statistics(model, [corpus.train_batch(i, t.seed)
+                                           for i in range(PRECISE_BN_BATCHES)]):
+            precise_bn = evaluate(eval_step, eval_batches)
 
     stats = corpus.stats()
     summary = {
@@ -238,6 +247,10 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
         "diverged_step": diverged_step,
         "final_eval_loss": last_eval if status == "completed" else None,
         "final_eval_loss_train_mode": last_train_mode if status == "completed" else None,
+        # inference mode with population statistics recomputed after training (BN runs only)
+        "final_eval_loss_precise_bn": precise_bn,
+        "loss_spikes": spikes.count,
+        "loss_spike_steps": spikes.steps,
         "best_eval_loss": best if math.isfinite(best) else None,
         "last_finite": last_finite,
         "max_grad_norm": max_grad,

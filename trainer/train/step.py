@@ -54,11 +54,14 @@ def make_train_step(model, optimizer, *, clip_norm: float, telemetry: bool, xla:
         """Norm, clip, AdamW, and the weight-side telemetry; ``grads`` may be sparse."""
         grad_norm = tf.linalg.global_norm(grads)
         finite = tf.math.is_finite(loss) & tf.math.is_finite(grad_norm)
-        if clip_norm > 0:
-            grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=grad_norm)
         metrics = {"grad_norm/global": grad_norm,
                    "nonfinite": 1.0 - tf.cast(finite, tf.float32),
                    "learning_rate": tf.cast(optimizer.learning_rate, tf.float32)}
+        if telemetry:  # every gradient norm is taken before clipping: the model's own signal
+            metrics["grad_norm/{block}"] = block_grad_norms(grads, group_idx)
+            metrics["grad_norm/ffn_out/{block}"] = block_grad_norms(grads, ffn_out_idx)
+        if clip_norm > 0:
+            grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=grad_norm)
         if telemetry:
             before = [tf.identity(v) for v in variables]
         optimizer.apply_gradients(zip(grads, variables))
@@ -68,8 +71,6 @@ def make_train_step(model, optimizer, *, clip_norm: float, telemetry: bool, xla:
             metrics["update_ratio/{block}"] = tf.stack(
                 [update_ratio([deltas[i] for i in idx], [before[i] for i in idx])
                  for idx in group_idx])
-            metrics["grad_norm/{block}"] = block_grad_norms(grads, group_idx)
-            metrics["grad_norm/ffn_out/{block}"] = block_grad_norms(grads, ffn_out_idx)
         return metrics
 
     def stream_metrics(hidden, batch):
