@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from tqdm.auto import tqdm
 
-from trainer.config import ConfigError, load_config
+from trainer.config import ConfigError, load_config, network_key
 
 
 # Run and sweep names become directory names: no separators, no leading dot, so no escaping.
@@ -109,6 +109,23 @@ def expand_variants(spec: SweepSpec, base_seed: int = 0) -> list[Variant]:
     return variants
 
 
+def dedupe(variants: list[Variant], configs: list) -> tuple[list[Variant], list, list[str]]:
+    """Drop variants that train the same network as an earlier one (``network_key``), e.g.
+    ``norm=none`` at both placements; returns the kept variants and configs, and one note per
+    dropped variant naming the one it duplicates."""
+    seen: dict[str, str] = {}
+    kept, kept_cfgs, notes = [], [], []
+    for variant, cfg in zip(variants, configs):
+        key = network_key(cfg)
+        if key in seen:
+            notes.append(f"skipping {variant.name}: the same network as {seen[key]}")
+            continue
+        seen[key] = variant.name
+        kept.append(variant)
+        kept_cfgs.append(cfg)
+    return kept, kept_cfgs, notes
+
+
 def _run_local(commands: list[list[str]], parallel: int, desc: str) -> list[int]:
     """N local processes at a time; returns the exit codes in order."""
     with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
@@ -158,6 +175,9 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     variants = expand_variants(spec, base_seed)
     # Validate every variant before anything runs, so a typo fails the sweep up front.
     configs = [load_config(base, [*v.overrides, *extra]) for v in variants]
+    variants, configs, notes = dedupe(variants, configs)
+    for note in notes:
+        print(note, flush=True)
     root.mkdir(parents=True, exist_ok=True)
     if not list(root.glob("events.out.tfevents.*")):  # once per results dir, not per rerun
         write_hparams_config(root, [k.split(".")[-1] for k in HPARAM_KEYS])
