@@ -1,4 +1,4 @@
-"""Command line: ``python -m trainer {train,sweep,summarize,reproduce,bench}`` (kept thin on purpose)."""
+"""Command line: ``python -m trainer {train,sweep,summarize,findings,analyze,reproduce,bench}`` (kept thin on purpose)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,13 @@ def _parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("reproduce", help="rerun a run from its saved config and compare")
     rep.add_argument("run_dir")
     rep.add_argument("--out", help="where the rerun goes (default: <run_dir>.reproduce)")
+
+    find = sub.add_parser("findings", help="measure the claims on reference results -> README")
+    find.add_argument("results_dir", nargs="?", default="results/reference")
+
+    analyze = sub.add_parser("analyze", help="an analysis (e.g. grad-profile); KIND --help for more")
+    analyze.add_argument("kind", help="grad-profile")
+    analyze.add_argument("args", nargs=argparse.REMAINDER, help="the analysis' own arguments")
 
     bench = sub.add_parser("bench", help="performance report as JSON")
     bench.add_argument("--config", default="configs/base.yaml", help="experiment YAML")
@@ -76,6 +83,20 @@ def main(argv: list[str] | None = None) -> int:
             from trainer.results.reproduce import reproduce
 
             return reproduce(Path(args.run_dir), args.out)
+        elif args.command == "findings":
+            from trainer.results.findings import main as findings_main
+
+            if not Path(args.results_dir).is_dir():
+                raise ConfigError(f"results directory not found: {args.results_dir}")
+            return findings_main([args.results_dir])
+        elif args.command == "analyze":
+            import importlib
+
+            from trainer.analysis import ANALYSES
+
+            if args.kind not in ANALYSES:
+                raise ConfigError(f"unknown analysis '{args.kind}'; valid: {', '.join(ANALYSES)}")
+            return importlib.import_module(ANALYSES[args.kind]).main(args.args)
         elif args.command == "bench":
             from trainer.bench import bench
 

@@ -1,241 +1,302 @@
-"""Measure the claims of the findings (F1-F6) on the reference results and write results/README.md.
+"""The claims of the teaching texts, measured on the reference runs -> results/README.md.
 
-Every number in that README comes from here, computed from the runs' summary.json and event
-files; a claim that did not show at this scale is reported as such, with its numbers.
+    python -m trainer findings results/reference     # or python -m trainer.results.findings
 
-    python -m trainer.results.findings results/reference   # -> results/README.md
+Every number on that page comes from here, computed from the committed runs (summary.json,
+event files, analysis CSVs); nothing is written by hand. The rules, fixed before the runs:
+
+- every compared variant has >= 3 seeds; values are listed per seed with mean ± 95 % t-interval;
+- a comparison shows only when it holds for every seed *and* the intervals do not overlap
+  (``metrics.above``); a threshold test only when every seed and the whole interval pass it
+  (``metrics.beyond``);
+- a claim with several parts is "yes" only when every part shows ("partly" when some do);
+- a claim whose runs are missing says "not run" and names them; a claim that does not show is
+  reported with its numbers, never dropped;
+- the thresholds are the named constants below, each with the reason for its value.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from trainer.atomic import write_atomic
+from trainer.results import baselines as bl
+from trainer.results.metrics import above, beyond, finite, interval
+from trainer.results.runs import Reference
 
-from trainer.results.events import read_scalars
-from trainer.train.rundir import read_json, write_atomic
+# ---- thresholds (fixed before the reference runs were made; never loosened after) ----------
+# Per-token norms: float32 reassociation noise on logits of size ~10 is ~1e-6; 1e-4 leaves 100x.
+INVARIANT_MAX = 1e-4
+# Batch dependence a reader would notice: a hundredth of a logit.
+DEPENDENT_MIN = 1e-2
+# LN's train/inference "gap" must be numerically zero (the same function in both modes).
+GAP_ZERO = 1e-4
+# A BN train/inference gap that matters: 0.05 nats is a 5 % change in perplexity.
+GAP_MIN = 0.05
+# Two variants' final eval losses: one is "better" by at least this (the plateau margin too).
+LOSS_MARGIN = bl.PLATEAU_MARGIN
+# Rank collapse: the residual-free stack's last block keeps at least 0.1 less of its tokens'
+# centred energy (||X - 1 mean^T|| / ||X||, range 0..1) than the residual stack's.
+COLLAPSE_MARGIN = 0.1
+# Stream growth without a norm: its last/first-block token std ratio at least twice LN's.
+GROWTH_FACTOR = 2.0
+# Fragility at high LR: the share of no-norm runs that diverge or spike exceeds Pre-LN's by half.
+FRAGILE_SHARE = 0.5
+# Post-LN without warm-up must end at least 0.1 nats worse than with it (a diverged run: +inf).
+WARMUP_MARGIN = 0.1
+# Xiong et al.'s profile at init: Post-LN's FFN-out gradient norm, last/first block, above 1.5
+# (grows toward the output); Pre-LN's below it (flat or shrinking).
+PROFILE_GROWTH = 1.5
+# The scale is right when healthy Pre-LN ends this far below the bigram baseline (issue #11).
+HEALTHY_BELOW_BIGRAM = 0.3
 
+BASE = dict(residual="true", placement="pre")
 TOKEN_NORMS = ("layer", "rms", "dyt", "none")
-BATCH_NORMS = ("batch", "masked_batch")
+BN_NORMS = ("batch", "masked_batch")
 
 
-class Runs:
-    """The reference runs, looked up by their config values; a variant may have several seeds."""
+@dataclass
+class Finding:
+    id: str
+    claim: str
+    metric: str
+    falsifier: str  # the result that would have shown the claim false
+    plot: str | None = None  # relative to the reference root
+    parts: list[tuple[str, bool]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)  # measured values, one markdown line each
+    missing: list[str] = field(default_factory=list)
 
-    def __init__(self, root: Path):
-        self.root = root
-        self.runs = []
-        for cfg_path in sorted(root.rglob("config.yaml")):
-            if cfg_path.parent.name.endswith(".reproduce"):
-                continue
-            cfg = OmegaConf.load(cfg_path)
-            self.runs.append((cfg, cfg_path.parent, read_json(cfg_path.parent / "summary.json")))
-
-    def get(self, group: str, **want) -> dict[int, tuple[Path, dict]]:
-        """Seed -> (run dir, summary) of the runs under ``root/group`` whose config matches
-        ``want`` (keys of model/train: norm, lr, ...)."""
-        found = {}
-        for cfg, path, summary in self.runs:
-            flat = {**cfg.model, **cfg.train}
-            if path.parent.name == group and all(str(flat[k]) == str(v) for k, v in want.items()):
-                found[int(cfg.train.seed)] = (path, summary)
-        if not found:
-            raise KeyError(f"no run in {group} with {want}")
-        return dict(sorted(found.items()))
-
-    def eval(self, path: Path, tag: str) -> float:
-        curve = read_scalars(path / "eval").get(tag)
-        return curve[-1][1] if curve else math.nan
-
-    def train_first(self, path: Path, tag: str) -> float:
-        curve = read_scalars(path / "train").get(tag)
-        return curve[0][1] if curve else math.nan
-
-    def train_last(self, path: Path, tag: str) -> float:
-        curve = read_scalars(path / "train").get(tag)
-        return curve[-1][1] if curve else math.nan
+    @property
+    def verdict(self) -> str:
+        if self.missing:
+            return "not run"
+        shown = [ok for _, ok in self.parts]
+        return "yes" if all(shown) else ("partly" if any(shown) else "no")
 
 
-def _g(x) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{x:.3g}" if isinstance(x, float) else str(x)
+def _fmt_seeds(values: dict) -> str:
+    iv = interval(v for v in values.values())
+    per = " / ".join("n/a" if v is None else ("∞" if math.isinf(v) else f"{v:.4g}")
+                     for _, v in sorted(values.items()))
+    return f"{iv if iv else 'n/a'} (per seed: {per})"
 
 
-def _s(values: dict) -> str:
-    """Per-seed values: ``3.11`` for one seed, ``3.08 (3.11, 3.05)`` (mean, then each) for more."""
-    xs = list(values.values())
-    if len(xs) == 1:
-        return _g(xs[0])
-    return f"{_g(sum(xs) / len(xs))} ({', '.join(_g(x) for x in xs)})"
+def _line(name: str, values: dict) -> str:
+    return f"{name}: {_fmt_seeds(values)}"
 
 
-def _each(pred, *per_seed: dict) -> bool:
-    """``pred`` holds for every seed that all ``per_seed`` dicts have (seed-paired)."""
-    seeds = set.intersection(*(set(d) for d in per_seed))
-    return bool(seeds) and all(pred(*(d[s] for d in per_seed)) for s in seeds)
-
-
-def _verdict(*parts: bool) -> bool | str:
-    """True when every part of a claim shows, "partly" when some do, False when none does."""
-    return True if all(parts) else ("partly" if any(parts) else False)
-
-
-def _loss(summary: dict) -> str:
-    if summary.get("status") == "diverged":
-        return f"diverged at step {summary['diverged_step']}"
-    return _g(summary.get("final_eval_loss"))
-
-
-def _val(summary: dict) -> float:
+def _loss(run) -> float | None:
     """Final eval loss; a diverged run counts as infinitely bad."""
-    if summary.get("status") == "diverged":
+    if run.status == "diverged":
         return math.inf
-    return summary.get("final_eval_loss") or math.inf
+    return finite(run.summary.get("final_eval_loss"))
 
 
-def measure(runs: Runs) -> list[dict]:
-    """One dict per claim: id, claim, measured (markdown), verdict, evidence (plot / runs).
-
-    Every quantity is measured per seed; a comparison holds when it holds for each seed.
-    """
-    grid, lr = "grid", "lr_slice"
-    layers = int(runs.runs[0][0].model.num_layers)
-    base = dict(residual="true", placement="pre")
-    out = []
-
-    def per_seed(fn, group, **want) -> dict[int, float]:
-        return {seed: fn(path, summary) for seed, (path, summary) in runs.get(group, **want).items()}
-
-    def final(path, s):
-        return s.get("final_eval_loss") or math.nan
-
-    inv = {n: per_seed(lambda p, s: runs.eval(p, "probe/batch_invariance"), grid, norm=n, **base)
-           for n in TOKEN_NORMS + BATCH_NORMS}
-    holds = (max(v for n in TOKEN_NORMS for v in inv[n].values()) < 1e-4 < 1e-3
-             < min(v for n in BATCH_NORMS for v in inv[n].values()))
-    out.append(dict(id="F1", claim="LN-style norms give a sequence the same output whatever "
-                    "its batch; BN does not",
-                    measured="max \\|Δ logits\\| (train mode): " + ", ".join(
-                        f"{n} {_s(v)}" for n, v in inv.items()),
-                    verdict=holds, plot="grid/plots/invariance_and_gap.png"))
-
-    gap = {n: per_seed(lambda p, s: final(p, s) - (s.get("final_eval_loss_train_mode") or math.nan),
-                       grid, norm=n, **base) for n in ("layer", "batch", "masked_batch")}
-    holds = _each(lambda g: abs(g) < 1e-4, gap["layer"]) and _each(lambda g: g > 0.05, gap["batch"])
-    out.append(dict(id="F2", claim="BN switches to running statistics at inference, so training "
-                    "and inference disagree; LN is the same function in both",
-                    measured="eval loss (inference) − eval loss (batch statistics): " + ", ".join(
-                        f"{n} {_s(v)}" for n, v in gap.items()),
-                    verdict=holds, plot="grid/plots/invariance_and_gap.png"))
-
-    def drift_of(path, _):
-        return sum(runs.eval(path, f"probe/bn_stat_drift/block_{i}") for i in range(layers)) / layers
-
-    drift = {n: per_seed(drift_of, grid, norm=n, **base) for n in BATCH_NORMS}
-    loss = {n: per_seed(final, grid, norm=n, **base) for n in BATCH_NORMS}
-    holds = _verdict(_each(lambda a, b: a > b, drift["batch"], drift["masked_batch"]),
-                     _each(lambda a, b: a > b, loss["batch"], loss["masked_batch"]))
-    out.append(dict(id="F3", claim="Padding pollutes BN statistics unless pads are masked",
-                    measured=f"mean BN statistic drift: batch {_s(drift['batch'])} vs masked "
-                    f"{_s(drift['masked_batch'])}; eval loss: batch {_s(loss['batch'])} vs "
-                    f"masked {_s(loss['masked_batch'])}",
-                    verdict=holds, plot="grid/summary.md"))
-
-    cos = {r: per_seed(lambda p, s: runs.eval(p, f"probe/token_cosine/block_{layers - 1}"),
-                       grid, norm="layer", residual=r, placement="pre") for r in ("true", "false")}
-    res_loss = {r: per_seed(final, grid, norm="layer", residual=r, placement="pre")
-                for r in ("true", "false")}
-    holds = (_each(lambda f, t: f > t + 0.05, cos["false"], cos["true"])
-             and _each(lambda f, t: f > t, res_loss["false"], res_loss["true"]))
-    out.append(dict(id="F4", claim="Without residual connections deep stacks lose the signal "
-                    "(rank collapse)",
-                    measured=f"token cosine at block {layers - 1}: residual {_s(cos['true'])}, "
-                    f"none {_s(cos['false'])}; eval loss {_s(res_loss['true'])} vs "
-                    f"{_s(res_loss['false'])} (layer, pre)",
-                    verdict=holds, plot="grid/plots/token_cosine_by_depth.png"))
-
-    def growth_of(path, _):
-        return (runs.train_last(path, f"activation/block_{layers - 1}/token_std")
-                / runs.train_last(path, "activation/block_0/token_std"))
-
-    growth = {n: per_seed(growth_of, grid, norm=n, **base) for n in ("layer", "none")}
-    none_lr = [s for p in ("pre", "post") for w in (0, 20)
-               for _, s in runs.get(lr, norm="none", placement=p, warmup_steps=w).values()]
-    diverged = sum(s.get("status") == "diverged" for s in none_lr)
-    holds = _verdict(min(growth["none"].values()) > max(growth["layer"].values()), diverged > 0)
-    out.append(dict(id="F5", claim="Without normalization the residual stream grows with depth "
-                    "and training is fragile at high learning rates",
-                    measured=f"token std last/first block: none {_s(growth['none'])}, layer "
-                    f"{_s(growth['layer'])}; no-norm runs that diverged at lr 1e-2 without "
-                    f"clipping: {diverged}/{len(none_lr)} (pre/post × warm-up 0/20 × seeds)",
-                    verdict=holds, plot="grid/plots/token_std_by_depth.png"))
-
-    found = {name: runs.get(lr, norm="layer", placement=p, warmup_steps=w)
-             for name, p, w in (("post0", "post", 0), ("pre0", "pre", 0), ("post20", "post", 20))}
-    ratio = {name: {seed: runs.train_first(path, f"grad_norm/ffn_out/block_{layers - 1}")
-                    / runs.train_first(path, "grad_norm/ffn_out/block_0")
-                    for seed, (path, _) in found[name].items()} for name in ("post0", "pre0")}
-    val = {name: {seed: _val(s) for seed, (_, s) in f.items()} for name, f in found.items()}
-    losses = {name: " / ".join(_loss(s) for _, s in f.values()) for name, f in found.items()}
-    holds = _verdict(_each(lambda a, b: a > b, val["post0"], val["pre0"]),
-                     _each(lambda a, b: a < b, val["post20"], val["post0"]))
-    seeds = "/".join(str(s) for s in found["post0"])
-    out.append(dict(id="F6", claim="Post-LN needs warm-up, Pre-LN does not; at init Post-LN's "
-                    "gradient norm depends on depth",
-                    measured=f"lr 1e-2, no warm-up (seeds {seeds}): post {losses['post0']}, pre "
-                    f"{losses['pre0']}; post with warm-up {losses['post20']}; step-0 FFN-out "
-                    f"grad norm last/first block: post {_s(ratio['post0'])}, pre "
-                    f"{_s(ratio['pre0'])}",
-                    verdict=holds, plot="lr_slice/plots/loss.png"))
-    return out
+def scale(ref: Reference) -> Finding:
+    f = Finding("S", "At this scale the healthy model (Pre-LN + residual) learns: it ends clearly "
+                "below the bigram table, so the variants are compared on a model that uses context",
+                "final eval loss vs unigram/bigram cross-entropy of the same eval tokens",
+                f"Pre-LN's mean eval loss above bigram − {HEALTHY_BELOW_BIGRAM}",
+                plot="grid/plots/loss.png")
+    loss = ref.per_seed(f, "grid", _loss, norm="layer", **BASE)
+    base = ref.baselines("grid")
+    if f.missing or base is None:
+        f.missing = f.missing or ["grid/baselines.json"]
+        return f
+    iv = interval(loss.values())
+    f.lines += [_line("Pre-LN + residual", loss),
+                f"unigram {base['unigram']:.4g}, bigram {base['bigram']:.4g} nats"]
+    f.parts.append(("below bigram by the margin", iv.mean <= base["bigram"] - HEALTHY_BELOW_BIGRAM))
+    return f
 
 
-def render(root: Path, findings: list[dict], runs: Runs) -> str:
-    cfg = runs.runs[0][0]
-    metas = {read_json(p / "meta.json").get("git_sha") for _, p, _ in runs.runs}
-    seeds = sorted({int(c.train.seed) for c, _, _ in runs.runs})
-    lines = [
-        "# Reference results",
-        "",
-        "Generated by `python -m trainer.results.findings results/reference` from the runs under",
-        "`results/reference/` (made by `scripts/reference.sh`); do not edit by hand.",
-        "",
-        f"Setting: {cfg.model.num_layers} blocks, d={cfg.model.dim}, {cfg.model.num_heads} heads, "
-        f"BPE {cfg.data.vocab_size}, {cfg.train.steps} steps of {cfg.data.tokens_per_batch} "
-        f"tokens, embedded Wikipedia sample, 2 CPU cores; {len(runs.runs)} runs, seeds "
-        f"{', '.join(str(s) for s in seeds)} (where a variant has several, a value reads "
-        f"mean (seed 0, seed 1, …) and a comparison must hold for each seed); code at git "
-        f"{', '.join(sorted(str(m)[:10] for m in metas))}.",
-        "Tables: `grid/summary.md` (norm × residual × placement at lr 2e-3 with warm-up) and",
-        "`lr_slice/summary.md` (lr 1e-2, no clipping, warm-up 0 vs 20); plots in `*/plots/`.",
-        "",
-        "| id | claim | measured | shows at this scale? | plot |",
-        "|---|---|---|---|---|",
-    ]
-    for f in findings:
-        verdict = {True: "yes", "partly": "**partly** (see the numbers)"}.get(
-            f["verdict"], "**no** (see the numbers)")
-        lines.append(f"| {f['id']} | {f['claim']} | {f['measured']} | {verdict} | "
-                     f"[{f['plot']}]({root.name}/{f['plot']}) |")
-    collapsed = []
-    for cfg_, path, summary in runs.runs:
-        cos = runs.eval(path, f"probe/token_cosine/block_{int(cfg_.model.num_layers) - 1}")
-        if cos > 0.99:
-            collapsed.append(f"`{path.parent.name}/{path.name}` ({_loss(summary)})")
-    lines += ["", f"Runs whose last block maps every token of a sequence to the same direction "
-              f"(token cosine > 0.99: rank collapse; final eval loss in brackets): "
-              f"{len(collapsed)} of {len(runs.runs)}: " + ", ".join(collapsed) + "."]
-    return "\n".join(lines) + "\n"
+def f1(ref: Reference) -> Finding:
+    f = Finding("F1", "LN-style norms give a sequence the same output whatever its batch; "
+                "BN does not", "max |Δ logits| of one sequence alone vs in a batch with others "
+                "and extra pads, training mode (`probe/batch_invariance`), final",
+                f"a per-token norm moving logits by > {INVARIANT_MAX:g}, or a BN by < "
+                f"{DEPENDENT_MIN:g}", plot="grid/plots/invariance_and_gap.png")
+    inv = {n: ref.per_seed(f, "grid", lambda r: r.probe("probe/batch_invariance"), norm=n, **BASE)
+           for n in TOKEN_NORMS + BN_NORMS}
+    if f.missing:
+        return f
+    f.lines += [_line(n, v) for n, v in inv.items()]
+    f.parts.append(("per-token norms invariant",
+                    all(beyond(inv[n], INVARIANT_MAX, "below") for n in TOKEN_NORMS)))
+    f.parts.append(("batch norms depend on the batch",
+                    all(beyond(inv[n], DEPENDENT_MIN, "above") for n in BN_NORMS)))
+    return f
+
+
+def _gap(run, key: str) -> float | None:
+    a, b = finite(run.summary.get(key)), finite(run.summary.get("final_eval_loss_train_mode"))
+    return None if a is None or b is None else a - b
+
+
+def f2(ref: Reference) -> Finding:
+    f = Finding("F2", "BN uses batch statistics in training and running statistics at inference, "
+                "so the two disagree; LN is the same function in both",
+                "eval loss (inference) − eval loss (batch statistics), with the EMA running "
+                "statistics and with population statistics recomputed after training (PreciseBN)",
+                f"LN with |gap| > {GAP_ZERO:g}, or BN's population-statistics gap < {GAP_MIN} nats",
+                plot="grid/plots/invariance_and_gap.png")
+    ln = ref.per_seed(f, "grid", lambda r: _gap(r, "final_eval_loss"), norm="layer", **BASE)
+    ema = {n: ref.per_seed(f, "grid", lambda r: _gap(r, "final_eval_loss"), norm=n, **BASE)
+           for n in BN_NORMS}
+    pop = {n: ref.per_seed(f, "grid", lambda r: _gap(r, "final_eval_loss_precise_bn"), norm=n,
+                           **BASE) for n in BN_NORMS}
+    if f.missing:
+        return f
+    f.lines.append(_line("layer", ln))
+    f.lines += [_line(f"{n}, EMA statistics", ema[n]) for n in BN_NORMS]
+    f.lines += [_line(f"{n}, population statistics", pop[n]) for n in BN_NORMS]
+    f.parts.append(("LN: no gap", beyond({s: abs(v) for s, v in ln.items() if v is not None},
+                                        GAP_ZERO, "below") and None not in ln.values()))
+    f.parts.append(("BN: a gap that population statistics do not remove",
+                    beyond(pop["batch"], GAP_MIN, "above")))
+    return f
+
+
+def f3(ref: Reference) -> Finding:
+    f = Finding("F3", "Padding pollutes BN statistics unless pads are masked",
+                "final eval loss (inference, population statistics) of naive `batch` vs "
+                "`masked_batch`, Pre-LN + residual",
+                f"`batch` not worse than `masked_batch` by {LOSS_MARGIN} nats on every seed with "
+                "separate intervals", plot="grid/plots/loss.png")
+    loss = {n: ref.per_seed(f, "grid", lambda r: finite(r.summary.get("final_eval_loss_precise_bn")),
+                            norm=n, **BASE) for n in BN_NORMS}
+    if f.missing:
+        return f
+    f.lines += [_line(n, v) for n, v in loss.items()]
+    f.lines.append(f"pad fraction of the training stream: {ref.pad_fraction('grid'):.1%}")
+    f.parts.append(("masked BN ends better", above(loss["batch"], loss["masked_batch"], LOSS_MARGIN)))
+    return f
+
+
+def f4(ref: Reference) -> Finding:
+    f = Finding("F4", "Without residual connections a deep stack loses its tokens' identity: "
+                "their vectors collapse toward one (Dong et al. 2021), and it trains worse",
+                "centred rank-1 residual ||X − 1·meanᵀ|| / ||X|| of the last block's tokens "
+                "(`probe/rank1_residual`; 0 = collapse) at step 0 and at the end; final eval loss; "
+                "LayerNorm, Pre-LN",
+                f"the residual-free stack not below the residual one by {COLLAPSE_MARGIN} at init, "
+                f"or not worse in loss by {LOSS_MARGIN} nats",
+                plot="grid/plots/collapse_by_depth.png")
+    last = ref.num_layers("grid") - 1
+    tag = f"probe/rank1_residual/block_{last}"
+    at = {(r, when): ref.per_seed(f, "grid", (lambda run, w=when: run.eval_at(tag, w)), norm="layer",
+                                  residual=r, placement="pre")
+          for r in ("true", "false") for when in ("first", "last")}
+    loss = {r: ref.per_seed(f, "grid", _loss, norm="layer", residual=r, placement="pre")
+            for r in ("true", "false")}
+    if f.missing:
+        return f
+    for (r, when), v in at.items():
+        f.lines.append(_line(f"residual={r}, {'step 0' if when == 'first' else 'final'}", v))
+    f.lines += [_line(f"eval loss, residual={r}", v) for r, v in loss.items()]
+    f.parts.append(("collapsed at init without residual",
+                    above(at[("true", "first")], at[("false", "first")], COLLAPSE_MARGIN)))
+    f.parts.append(("trains worse without residual", above(loss["false"], loss["true"], LOSS_MARGIN)))
+    return f
+
+
+def _fragile(run) -> bool:
+    return run.status == "diverged" or (run.summary.get("loss_spikes") or 0) > 0
+
+
+def f5(ref: Reference) -> Finding:
+    f = Finding("F5", "Without normalization the residual stream grows with depth, and training "
+                "is fragile at high learning rates",
+                "token std of the stream, last block / first block, end of training (Pre, "
+                "residual); runs that diverged or spiked (loss > ln V, or ×2 within a logging "
+                "interval) in the high-LR slice",
+                f"no-norm growth below {GROWTH_FACTOR}× LN's, or no-norm runs fragile in not more "
+                f"than {FRAGILE_SHARE:.0%} more of the high-LR runs than Pre-LN",
+                plot="grid/plots/token_std_by_depth.png")
+    last = ref.num_layers("grid") - 1
+
+    def growth(run):
+        a = run.train_at(f"activation/block_{last}/token_std", "last")
+        b = run.train_at("activation/block_0/token_std", "last")
+        return None if a is None or not b else a / b
+
+    g = {n: ref.per_seed(f, "grid", growth, norm=n, **BASE) for n in ("layer", "none")}
+    runs = {n: ref.select(f, "lr_slice", norm=n, placement="pre") for n in ("layer", "none")}
+    if f.missing:
+        return f
+    f.lines += [_line(f"growth, {n}", v) for n, v in g.items()]
+    share = {}
+    for n, rs in runs.items():
+        bad = [r for r in rs if _fragile(r)]
+        share[n] = len(bad) / len(rs)
+        f.lines.append(f"fragile at high LR, {n}: {len(bad)}/{len(rs)} "
+                       f"({', '.join(_fragility(r) for r in rs)})")
+    scaled = {s: GROWTH_FACTOR * v for s, v in g["layer"].items() if v is not None}
+    f.parts.append(("stream grows without a norm", above(g["none"], scaled)))
+    f.parts.append(("fragile at high LR", share["none"] - share["layer"] >= FRAGILE_SHARE))
+    return f
+
+
+def _fragility(run) -> str:
+    if run.status == "diverged":
+        return f"diverged at {run.summary.get('diverged_step')}"
+    return f"{run.summary.get('loss_spikes') or 0} spikes"
+
+
+def f6(ref: Reference) -> Finding:
+    f = Finding("F6", "Post-LN needs learning-rate warm-up, Pre-LN does not (Xiong et al. 2020); "
+                "at init Post-LN's gradient grows toward the output blocks, Pre-LN's does not",
+                "final eval loss at a high LR with and without warm-up (diverged = ∞); "
+                "FFN-out gradient norm last/first block at init (`analyze grad-profile`, Xavier "
+                "init as in the paper)",
+                f"Post-LN without warm-up not worse by {WARMUP_MARGIN} nats, Pre-LN without warm-up "
+                f"not below bigram, or Post-LN's init ratio ≤ {PROFILE_GROWTH}",
+                plot="lr_slice/plots/loss.png")
+    w = ref.warmups("lr_slice")
+    loss = {(p, x): ref.per_seed(f, "lr_slice", _loss, norm="layer", placement=p, warmup_steps=x)
+            for p in ("pre", "post") for x in w}
+    profile = ref.grad_profile(f, "init")
+    base = ref.baselines("lr_slice")
+    if f.missing:
+        return f
+    for (p, x), v in loss.items():
+        f.lines.append(_line(f"{p}-LN, warm-up {x}", v))
+    for init, ratios in sorted(profile.items()):
+        f.lines.append(f"init ratio, {init}: " + ", ".join(
+            f"{p} {_fmt_seeds(v)}" for p, v in sorted(ratios.items())))
+    zero, warm = min(w), max(w)
+    f.parts.append(("Post-LN needs warm-up", above(loss[("post", zero)], loss[("post", warm)],
+                                                   WARMUP_MARGIN)))
+    f.parts.append(("Pre-LN trains without it",
+                    base is not None and beyond(loss[("pre", zero)], base["bigram"], "below")))
+    xavier = profile.get("xavier", {})
+    f.parts.append(("Post-LN's init gradient grows with depth, Pre-LN's does not",
+                    bool(xavier) and beyond(xavier.get("post", {}), PROFILE_GROWTH, "above")
+                    and beyond(xavier.get("pre", {}), PROFILE_GROWTH, "below")))
+    return f
+
+
+CLAIMS = (scale, f1, f2, f3, f4, f5, f6)
+
+
+def measure(ref: Reference) -> list[Finding]:
+    return [claim(ref) for claim in CLAIMS]
+
+
+def render(ref: Reference, findings: list[Finding]) -> str:
+    from trainer.results.report import render_page
+
+    return render_page(ref, findings)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     root = Path(argv[0] if argv else "results/reference")
-    runs = Runs(root)
-    text = render(root, measure(runs), runs)
+    ref = Reference(root)
+    text = render(ref, measure(ref))
     write_atomic(root.parent / "README.md", text)
     print(text)
     return 0

@@ -23,7 +23,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from trainer.results.baselines import (PLATEAU_MARGIN, at_plateau, ensure_baselines,
+                                      read_run_baselines)
 from trainer.results.events import read_scalars
+from trainer.results.metrics import interval
 from trainer.train.rundir import read_json, write_atomic
 
 SEED_PART = re.compile(r"(^|,)seed=\d+(?=,|$)")
@@ -31,25 +34,28 @@ SEED_PART = re.compile(r"(^|,)seed=\d+(?=,|$)")
 RUN_COLUMNS = ("run", "variant", "norm", "placement", "residual", "num_layers", "lr",
                "warmup_steps", "seed", "status", "steps", "final_eval_loss",
                "final_eval_loss_train_mode", "train_inference_gap", "best_eval_loss",
-               "diverged_step", "max_grad_norm", "batch_invariance", "batch_invariance_inference",
+               "diverged_step", "loss_spikes", "final_eval_loss_precise_bn", "at_plateau",
+               "max_grad_norm", "batch_invariance", "batch_invariance_inference",
                "token_cosine_last", "tokens_per_sec", "pad_fraction")
 COLUMNS = ("variant", "norm", "placement", "residual", "num_layers", "lr", "warmup_steps",
-           "n_seeds", "status", "final_eval_loss_mean", "final_eval_loss_std",
+           "n_seeds", "status", "plateau", "final_eval_loss_mean", "final_eval_loss_ci95",
+           "final_eval_loss_min", "final_eval_loss_max", "final_eval_loss_std",
            "best_eval_loss_mean", "best_eval_loss_std", "eval_loss_train_mode",
-           "train_inference_gap", "diverged_steps", "max_grad_norm", "batch_invariance",
-           "token_cosine_last", "tokens_per_sec")
+           "train_inference_gap", "diverged_steps", "loss_spikes", "max_grad_norm",
+           "batch_invariance", "token_cosine_last", "tokens_per_sec")
 # Markdown: (header, cell builder) — numbers compact, mean ± std where seeds were grouped.
 MD_COLUMNS = (
     ("variant", lambda v: v["variant"]), ("norm", lambda v: v["norm"]),
     ("placement", lambda v: v["placement"]), ("residual", lambda v: v["residual"]),
     ("layers", lambda v: v["num_layers"]), ("lr", lambda v: _num(v["lr"])),
     ("warmup", lambda v: v["warmup_steps"]), ("seeds", lambda v: v["n_seeds"]),
-    ("status", lambda v: v["status"]),
-    ("final eval loss", lambda v: _pm(v["final_eval_loss_mean"], v["final_eval_loss_std"])),
+    ("status", lambda v: v["status"] + (f", {v['plateau']}" if v["plateau"] else "")),
+    ("final eval loss", lambda v: _ci(v)),
     ("best eval loss", lambda v: _pm(v["best_eval_loss_mean"], v["best_eval_loss_std"])),
     ("eval loss (train-mode BN)", lambda v: _num(v["eval_loss_train_mode"])),
     ("train/inference gap", lambda v: _num(v["train_inference_gap"])),
     ("diverged at", lambda v: v["diverged_steps"]),
+    ("loss spikes", lambda v: "" if v["loss_spikes"] is None else v["loss_spikes"]),
     ("max grad norm", lambda v: _num(v["max_grad_norm"])),
     ("batch invariance", lambda v: _num(v["batch_invariance"])),
     ("token cosine (last block)", lambda v: _fixed(v["token_cosine_last"])),
@@ -81,6 +87,20 @@ class Run:
         """Last value of a curve (None when the tag was never written)."""
         curve = getattr(self, group).get(tag)
         return curve[-1][1] if curve else None
+
+    def eval_at(self, tag: str, which: str = "last"):
+        """First or last point of an eval curve (None when never written)."""
+        curve = self.eval.get(tag)
+        return (curve[0][1] if which == "first" else curve[-1][1]) if curve else None
+
+    def train_at(self, tag: str, which: str = "last"):
+        curve = self.train.get(tag)
+        return (curve[0][1] if which == "first" else curve[-1][1]) if curve else None
+
+    def probe(self, tag: str):
+        """A final probe value: from summary.json, else the last point of its eval curve."""
+        value = (self.summary.get("probes") or {}).get(tag)
+        return _finite(value if value is not None else self.final("eval", tag))
 
 
 def variant_name(run_name: str) -> str:
@@ -114,9 +134,8 @@ def _finite(x) -> float | None:
     return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
-def run_row(run: Run) -> dict:
+def run_row(run: Run, baselines: dict | None = None) -> dict:
     s, cfg = run.summary, run.cfg
-    probes = s.get("probes") or {}
     last = int(cfg.model.num_layers) - 1
     loss = _finite(s.get("final_eval_loss"))
     train_mode = _finite(s.get("final_eval_loss_train_mode"))
@@ -126,10 +145,6 @@ def run_row(run: Run) -> dict:
         curve_loss = _finite(run.final("eval", "loss"))
         gap = curve_loss - train_mode if None not in (curve_loss, train_mode) else None
 
-    def probe(tag):
-        value = probes.get(tag)
-        return _finite(value if value is not None else run.final("eval", tag))
-
     return {
         "run": run.name, "variant": run.variant, "norm": cfg.model.norm,
         "placement": cfg.model.placement, "residual": cfg.model.residual,
@@ -138,10 +153,13 @@ def run_row(run: Run) -> dict:
         "steps": s.get("steps"), "final_eval_loss": loss, "final_eval_loss_train_mode": train_mode,
         "train_inference_gap": gap,
         "best_eval_loss": _finite(s.get("best_eval_loss")), "diverged_step": s.get("diverged_step"),
+        "loss_spikes": s.get("loss_spikes"),
+        "final_eval_loss_precise_bn": _finite(s.get("final_eval_loss_precise_bn")),
+        "at_plateau": at_plateau(loss, baselines),
         "max_grad_norm": _finite(s.get("max_grad_norm")),
-        "batch_invariance": probe("probe/batch_invariance"),
-        "batch_invariance_inference": probe("probe/batch_invariance_inference"),
-        "token_cosine_last": probe(f"probe/token_cosine/block_{last}"),
+        "batch_invariance": run.probe("probe/batch_invariance"),
+        "batch_invariance_inference": run.probe("probe/batch_invariance_inference"),
+        "token_cosine_last": run.probe(f"probe/token_cosine/block_{last}"),
         "tokens_per_sec": _finite(s.get("tokens_per_sec")),
         "pad_fraction": _finite(s.get("pad_fraction")),
     }
@@ -174,14 +192,24 @@ def group_variants(rows: list[dict]) -> list[dict]:
     out = []
     for name, members in groups.items():
         first = members[0]
-        col = lambda key: [m[key] for m in members]  # noqa: E731
+        col = lambda key: [m.get(key) for m in members]  # noqa: E731
         loss_mean, loss_std = _mean_std(col("final_eval_loss"))
+        loss_iv = interval(col("final_eval_loss"))
+        plateau = sum(bool(p) for p in col("at_plateau"))
+        spikes = [x for x in col("loss_spikes") if x is not None]
         best_mean, best_std = _mean_std(col("best_eval_loss"))
         grads = [g for g in col("max_grad_norm") if g is not None]
         out.append({
             "variant": name, **{k: first[k] for k in COLUMNS[1:7]},
             "n_seeds": len(members), "status": _status(col("status")),
+            "plateau": (f"at unigram plateau {plateau}/{len(members)}" if len(members) > 1
+                        else "at unigram plateau") if plateau else "",
             "final_eval_loss_mean": loss_mean, "final_eval_loss_std": loss_std,
+            "final_eval_loss_ci95": loss_iv.half if loss_iv and loss_iv.n > 1 else None,
+            "final_eval_loss_min": loss_iv.min if loss_iv else None,
+            "final_eval_loss_max": loss_iv.max if loss_iv else None,
+            "loss_spikes": " ".join(str(x) for x in spikes) if len(set(spikes)) > 1 else
+                           (spikes[0] if spikes else None),
             "best_eval_loss_mean": best_mean, "best_eval_loss_std": best_std,
             "eval_loss_train_mode": _mean_std(col("final_eval_loss_train_mode"))[0],
             "train_inference_gap": _mean_std(col("train_inference_gap"))[0],
@@ -209,6 +237,16 @@ def _fixed(x) -> str:
     return "" if x is None else f"{x:.4f}"
 
 
+def _ci(v: dict) -> str:
+    """``mean ± 95 % half-width [min, max]`` over seeds; the plain value for one seed."""
+    if v["final_eval_loss_mean"] is None:
+        return ""
+    if v["final_eval_loss_ci95"] is None:
+        return _num(v["final_eval_loss_mean"])
+    return (f"{v['final_eval_loss_mean']:.4g} ± {v['final_eval_loss_ci95']:.2g} "
+            f"[{v['final_eval_loss_min']:.4g}, {v['final_eval_loss_max']:.4g}]")
+
+
 def _pm(mean, std) -> str:
     if mean is None:
         return ""
@@ -223,13 +261,18 @@ def _csv(rows: list[dict], columns) -> str:
     return buf.getvalue()
 
 
-def markdown(variants: list[dict]) -> str:
+def markdown(variants: list[dict], baselines: dict | None = None) -> str:
     head = [h for h, _ in MD_COLUMNS]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(cell(v)) for _, cell in MD_COLUMNS) + " |" for v in variants]
-    note = ("\nLosses: mean ± sample std over the seeds that completed. Gap: eval loss in "
-            "inference mode minus eval loss with batch statistics (train-mode BN). "
-            "Plots: plots/*.png.\n")
+    note = ("\nFinal eval loss: mean ± 95 % t-interval [min, max] over the seeds that completed "
+            "(best eval loss: mean ± sample std). Gap: eval loss in inference mode minus eval loss "
+            "with batch statistics (train-mode BN). Plots: plots/*.png.\n")
+    if baselines:
+        note += (f"\nBaselines on the same eval tokens: unigram {baselines['unigram']:.4f}, "
+                 f"add-k bigram {baselines['bigram']:.4f} nats (k = {baselines['bigram_k']:g}, "
+                 f"chosen on held-out train windows). \"at unigram plateau\": final eval loss "
+                 f"within {PLATEAU_MARGIN} nats of the unigram value.\n")
     return "\n".join(lines) + "\n" + note
 
 
@@ -237,11 +280,12 @@ def summarize(root: str | Path, plots: bool = True) -> list[dict]:
     """Write runs.csv, summary.csv, summary.md (and plots/) under ``root``; returns variant rows."""
     root = Path(root)
     runs = load_runs(root)
-    rows = [run_row(r) for r in runs]
+    base = ensure_baselines(root, runs) if runs else None
+    rows = [run_row(r, base or read_run_baselines(r.path)) for r in runs]
     variants = group_variants(rows)
     write_atomic(root / "runs.csv", _csv(rows, RUN_COLUMNS))
     write_atomic(root / "summary.csv", _csv(variants, COLUMNS))
-    write_atomic(root / "summary.md", markdown(variants))
+    write_atomic(root / "summary.md", markdown(variants, base))
     if plots and runs:
         from trainer.results.plots import write_plots
 

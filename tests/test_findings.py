@@ -1,0 +1,171 @@
+"""Findings verdicts on synthetic reference directories: every claim shows on a healthy set, and
+each one flips when one number crosses its threshold (a verdict that cannot flip is a defect).
+
+The run directories are real (config.yaml from the reference config, summary.json, TensorBoard
+event files written by the lab's own writers); only the numbers in them are made up.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from trainer.config import load_config, to_yaml
+from trainer.results import findings as F
+from trainer.results.runs import Reference
+from trainer.telemetry.tensorboard import RunWriters
+
+SEEDS = (0, 1, 2)
+LAYERS = int(load_config("configs/reference.yaml").model.num_layers)
+BASELINES = {"unigram": 3.1, "bigram": 2.5, "bigram_k": 0.03, "unigram_k": 0.001}
+
+
+def _healthy_grid(norm: str, residual: str) -> dict:
+    """Numbers of a grid run under which every claim holds (seed added later as jitter)."""
+    bn = norm in F.BN_NORMS
+    loss = {"layer": 2.1}.get(norm, 2.3) if residual == "true" else 2.6
+    precise = {"batch": 2.5, "masked_batch": 2.3}.get(norm)
+    return {
+        "loss": loss, "train_mode": loss - 0.2 if bn else None, "precise": precise,
+        "invariance": 0.5 if bn else 0.0,
+        "rank1": (0.9, 0.8) if residual == "true" else (0.05, 0.02),
+        "growth": 5.0 if norm == "none" else 1.0,
+    }
+
+
+def _write_run(path: Path, overrides: list[str], summary: dict, train: dict, evals: dict) -> None:
+    path.mkdir(parents=True)
+    cfg = load_config("configs/reference.yaml", overrides)
+    (path / "config.yaml").write_text(to_yaml(cfg))
+    (path / "summary.json").write_text(json.dumps(summary))
+    (path / "meta.json").write_text(json.dumps({"git_sha": "0" * 40, "git_dirty": False}))
+    writers = RunWriters(path)
+    for group, curves in (("train", train), ("eval", evals)):
+        for step, scalars in curves.items():
+            writers.write(group, scalars, step)
+    writers.close()
+
+
+def build(root: Path, change=lambda kind, key, values: values, seeds=SEEDS) -> Reference:
+    """A synthetic reference; ``change(kind, key, values)`` may alter one run's numbers."""
+    steps = int(load_config("configs/reference.yaml").train.steps)
+    for norm, residual in [(n, "true") for n in F.TOKEN_NORMS + F.BN_NORMS] + [("layer", "false")]:
+        for seed in seeds:
+            key = (norm, residual, seed)
+            v = change("grid", key, {**_healthy_grid(norm, residual)})
+            jitter = 0.001 * seed
+            summary = {"status": "completed", "final_eval_loss": v["loss"] + jitter,
+                       "final_eval_loss_train_mode": jitter + (
+                           v["loss"] if v["train_mode"] is None else v["train_mode"]),
+                       "final_eval_loss_precise_bn": None if v["precise"] is None
+                       else v["precise"] + jitter,
+                       "loss_spikes": 0, "probes": {"probe/batch_invariance": v["invariance"]}}
+            tag = f"probe/rank1_residual/block_{LAYERS - 1}"
+            evals = {0: {tag: v["rank1"][0]}, steps: {tag: v["rank1"][1], "loss": v["loss"]}}
+            train = {steps - 1: {"activation/block_0/token_std": 1.0,
+                                 f"activation/block_{LAYERS - 1}/token_std": v["growth"]}}
+            name = f"norm={norm},residual={residual},placement=pre" + (f",seed={seed}" if seed else "")
+            _write_run(root / "grid" / name, [f"model.norm={norm}", f"model.residual={residual}",
+                                              f"train.seed={seed}"], summary, train, evals)
+    for norm, placement, warmup in [("layer", p, w) for p in ("pre", "post") for w in (0, 50)] + [
+            ("none", "pre", w) for w in (0, 50)]:
+        for seed in seeds:
+            key = (norm, placement, warmup, seed)
+            loss = {("post", 0): math.inf, ("post", 50): 2.3, ("pre", 0): 2.3}.get(
+                (placement, warmup), 2.25)
+            v = change("lr", key, {"loss": loss, "spikes": 2 if norm == "none" else 0})
+            summary = ({"status": "diverged", "diverged_step": 7} if math.isinf(v["loss"]) else
+                       {"status": "completed", "final_eval_loss": v["loss"] + 0.001 * seed})
+            summary["loss_spikes"] = v["spikes"]
+            name = f"norm={norm},placement={placement},warmup_steps={warmup}" + (
+                f",seed={seed}" if seed else "")
+            _write_run(root / "lr_slice" / name,
+                       [f"model.norm={norm}", f"model.placement={placement}",
+                        f"train.warmup_steps={warmup}", f"train.seed={seed}"], summary, {}, {})
+    for group in ("grid", "lr_slice"):
+        (root / group / "baselines.json").write_text(json.dumps(BASELINES))
+    (root / "init").mkdir()
+    with open(root / "init" / "grad_profile.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, ["init", "placement", "seed", "last_over_first"])
+        w.writeheader()
+        for placement in ("pre", "post"):
+            for seed in seeds:
+                ratio = change("init", (placement, seed), {"ratio": 2.0 if placement == "post" else 0.8})
+                w.writerow({"init": "xavier", "placement": placement, "seed": seed,
+                            "last_over_first": ratio["ratio"]})
+    return Reference(root)
+
+
+def verdicts(ref: Reference) -> dict[str, str]:
+    return {f.id: f.verdict for f in F.measure(ref)}
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory):
+    return verdicts(build(tmp_path_factory.mktemp("ref") / "reference"))
+
+
+def test_every_claim_shows_on_the_healthy_set(healthy):
+    assert healthy == {c: "yes" for c in ("S", "F1", "F2", "F3", "F4", "F5", "F6")}
+
+
+def _set(kind_, match, **new):
+    def change(kind, key, values):
+        return {**values, **new} if kind == kind_ and match(key) else values
+    return change
+
+
+FLIPS = {
+    # claim: a change of one group's numbers across that claim's threshold
+    "S": _set("grid", lambda k: k[:2] == ("layer", "true"), loss=2.5 - F.HEALTHY_BELOW_BIGRAM + 0.01),
+    "F1": _set("grid", lambda k: k[:2] == ("rms", "true"), invariance=2 * F.INVARIANT_MAX),
+    "F2": _set("grid", lambda k: k[:2] == ("batch", "true"), train_mode=2.5 - F.GAP_MIN / 2),
+    "F3": _set("grid", lambda k: k[:2] == ("batch", "true"), precise=2.3 + F.LOSS_MARGIN / 2),
+    "F4": _set("grid", lambda k: k[:2] == ("layer", "false"), rank1=(0.9 - F.COLLAPSE_MARGIN / 2, 0.8)),
+    "F5": _set("grid", lambda k: k[:2] == ("none", "true"), growth=F.GROWTH_FACTOR * 0.9),
+    "F6": _set("init", lambda k: k[0] == "post", ratio=F.PROFILE_GROWTH * 0.9),
+}
+
+
+@pytest.mark.parametrize("claim", sorted(FLIPS))
+def test_each_verdict_flips_when_its_number_crosses_the_threshold(claim, healthy, tmp_path):
+    got = verdicts(build(tmp_path / "reference", FLIPS[claim]))
+    assert got[claim] != "yes"
+    assert {c: v for c, v in got.items() if c != claim} == {c: v for c, v in healthy.items() if c != claim}
+
+
+def test_one_seed_that_disagrees_is_enough_to_stop_a_comparison(tmp_path):
+    """Every seed must hold: seed 2 alone gets a masked BN as bad as the naive one."""
+    change = _set("grid", lambda k: k == ("masked_batch", "true", 2), precise=2.6)
+    assert verdicts(build(tmp_path / "reference", change))["F3"] != "yes"
+
+
+def test_fragility_counts_spikes_as_well_as_divergence(tmp_path):
+    change = _set("lr", lambda k: k[0] == "none", spikes=0)
+    assert verdicts(build(tmp_path / "reference", change))["F5"] == "partly"
+
+
+def test_two_seeds_are_not_enough(tmp_path):
+    ref = build(tmp_path / "reference", seeds=(0, 1))
+    found = F.measure(ref)
+    assert all(f.verdict == "not run" for f in found)
+    assert any("needs 3" in m for f in found for m in f.missing)
+
+
+def test_the_page_lists_every_claim_with_its_falsifier_and_verdict(tmp_path):
+    ref = build(tmp_path / "reference")
+    text = F.render(ref, F.measure(ref))
+    for claim in F.measure(ref):
+        assert f"## {claim.id}" in text and claim.falsifier in text
+    assert "not run" not in text
+
+
+def test_committed_findings_are_generated_from_the_committed_runs():
+    """results/README.md is exactly what the findings command computes from results/reference."""
+    root = Path(__file__).resolve().parents[1] / "results"
+    ref = Reference(root / "reference")
+    assert F.render(ref, F.measure(ref)) == (root / "README.md").read_text()

@@ -1,0 +1,7 @@
+"""Analyses: forward/backward passes over models (at init or from a run's checkpoint) that
+answer one question each and write a CSV (+ PNG) into a results directory.
+
+``python -m trainer analyze KIND ...``; KIND is a key of ``ANALYSES``.
+"""
+
+ANALYSES = {"grad-profile": "trainer.analysis.grad_profile"}

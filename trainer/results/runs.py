@@ -1,0 +1,93 @@
+"""The reference results as one object: runs grouped by sub-sweep, looked up by config values.
+
+``Reference(root)`` loads every run under ``root`` once (``summarize.load_runs``: config,
+summary, curves) plus each sub-sweep's ``baselines.json`` and analysis CSVs. Lookups used by a
+finding record what is missing on the finding instead of raising, so a partly regenerated
+reference still renders, with "not run" where its runs are absent.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from trainer.results.baselines import FILE as BASELINES_FILE
+from trainer.results.summarize import load_runs
+
+MIN_SEEDS = 3  # every variant a finding compares runs at least this many seeds
+
+
+def _flat(cfg) -> dict:
+    return {**cfg.model, **cfg.data, **cfg.train}
+
+
+class Reference:
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.runs = load_runs(self.root) if self.root.is_dir() else []
+        self.groups: dict[str, list] = {}
+        for run in self.runs:
+            self.groups.setdefault(Path(run.name).parts[0], []).append(run)
+
+    def select(self, finding, group: str, **want) -> list:
+        """Runs of sub-sweep ``group`` whose config matches ``want`` (model/data/train keys);
+        records a missing entry on ``finding`` when there are none."""
+        found = [r for r in self.groups.get(group, [])
+                 if all(str(_flat(r.cfg)[k]).lower() == str(v).lower() for k, v in want.items())]
+        if not found:
+            finding.missing.append(f"{group}: {_describe(want)}")
+        return found
+
+    def per_seed(self, finding, group: str, fn, **want) -> dict:
+        """Seed -> ``fn(run)`` of the matching runs; fewer than MIN_SEEDS seeds is missing too."""
+        runs = self.select(finding, group, **want)
+        if runs and len({r.seed for r in runs}) < MIN_SEEDS:
+            finding.missing.append(f"{group}: {_describe(want)} has {len(runs)} seed(s), "
+                                   f"needs {MIN_SEEDS}")
+        return {r.seed: fn(r) for r in sorted(runs, key=lambda r: r.seed)}
+
+    def baselines(self, group: str) -> dict | None:
+        try:
+            return json.loads((self.root / group / BASELINES_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def num_layers(self, group: str) -> int:
+        runs = self.groups.get(group) or self.runs
+        return int(runs[0].cfg.model.num_layers) if runs else 1
+
+    def pad_fraction(self, group: str) -> float:
+        xs = [r.summary.get("pad_fraction") for r in self.groups.get(group, [])]
+        xs = [x for x in xs if isinstance(x, (int, float))]
+        return sum(xs) / len(xs) if xs else float("nan")
+
+    def warmups(self, group: str) -> list[int]:
+        return sorted({int(r.cfg.train.warmup_steps) for r in self.groups.get(group, [])}) or [0]
+
+    def grad_profile(self, finding, group: str) -> dict:
+        """``group/grad_profile.csv`` (``analyze grad-profile``): init -> placement -> seed -> ratio."""
+        path = self.root / group / "grad_profile.csv"
+        if not path.is_file():
+            finding.missing.append(f"{group}/grad_profile.csv")
+            return {}
+        out: dict = {}
+        with open(path, newline="") as fh:
+            for row in csv.DictReader(fh):
+                out.setdefault(row["init"], {}).setdefault(row["placement"], {})[
+                    int(row["seed"])] = float(row["last_over_first"])
+        return out
+
+    def git_shas(self) -> list[str]:
+        shas = set()
+        for run in self.runs:
+            try:
+                meta = json.loads((run.path / "meta.json").read_text())
+            except (OSError, ValueError):
+                meta = {}
+            shas.add(f"{meta.get('git_sha') or 'unknown'}{' (dirty)' if meta.get('git_dirty') else ''}")
+        return sorted(shas)
+
+
+def _describe(want: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in want.items()) or "any run"
