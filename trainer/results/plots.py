@@ -127,7 +127,10 @@ def _finish(fig, sweep, title, extra_handles=(), seeds=True):
     for handle, text in zip(legend.legend_handles, legend.get_texts()):
         if handle.get_linestyle() == "None" and handle.get_marker() in ("None", None, ""):
             text.set_fontweight("bold")  # a section header ("line: model.placement")
-    fig.suptitle(title, fontsize=11)
+    # Left-aligned and wrapped to the panels' width: the legend column on the right starts at
+    # the top too, and a centred title runs into it on narrow (two-panel) figures.
+    fig.suptitle(textwrap.fill(title, int((fig.get_size_inches()[0] - 2.9) * 10)), x=0.01,
+                 ha="left", fontsize=11)
     width_chars = int(fig.get_size_inches()[0] * 13)  # ~13 characters per inch at 8 pt
     fig.supxlabel(textwrap.fill(sweep.caption(), width_chars), fontsize=8, color="dimgrey")
     for ax in fig.axes:
@@ -296,6 +299,8 @@ def invariance_figure(sweep: Sweep, baselines=None):
     ax1.set_ylim(len(variants) - 0.5, -0.5)  # first variant on top, like a table
     if any_inv:
         ax1.set_xscale("log")
+        # Always show the floor and 1 on the axis, so "all at the floor" reads as zero.
+        ax1.set_xlim(FLOOR / 3, max(10.0, 3 * ax1.dataLim.x1))
         ax1.axvline(FLOOR, color="grey", lw=0.8, ls=":")
     else:
         _empty(ax1, "probe/batch_invariance")
