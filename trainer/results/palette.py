@@ -224,12 +224,13 @@ class Sweep:
                 levels = order[self.color_key]
                 color = shades(hue, len(levels))[levels.index(vals[self.color_key])]
             style = combos.index(tuple(vals[k] for k in self.style_keys))
-            panel = short_value(self.panel_key, vals[self.panel_key]) if self.panel_key else ""
+            panel = (short_value(self.panel_key, vals[self.panel_key]) if self.panel_key
+                     else short_label(first, keys) if len(groups) == 1 else "")
             variants.append(Variant(name, short_label(first, keys), members, panel, color,
                                     LINESTYLES[style % 4], MARKERS[style // 4 % len(MARKERS)]))
             sort_keys[name] = tuple(order[k].index(vals[k]) for k in keys)
         self.variants = sorted(variants, key=lambda v: sort_keys[v.name])
-        self.panels = list(dict.fromkeys(v.panel for v in self.variants))
+        self.panels = list(dict.fromkeys(v.panel for v in self.variants)) or [""]
         self.max_seeds = max((len(v.runs) for v in self.variants), default=0)
 
     def variants_in(self, panel: str) -> list[Variant]:
@@ -237,11 +238,9 @@ class Sweep:
         return [v for v in self.variants if v.panel == panel]
 
     def panel_color(self, panel: str):
-        """Panel titles of a per-norm layout are written in the norm's colour."""
-        if self.panel_key == "model.norm":
-            raw = {short_value("model.norm", n): n for n in NORM_COLORS}.get(panel, panel)
-            return norm_color(raw)
-        return "black"
+        """Panel titles that name a norm (``LN``) are written in the norm's colour."""
+        raw = {short_value("model.norm", n): n for n in NORM_COLORS}.get(panel)
+        return norm_color(raw) if raw else "black"
 
     def legend_handles(self) -> list:
         """Legend entries explaining the encoding (not one entry per variant: it scales)."""
@@ -274,6 +273,8 @@ class Sweep:
 
     def caption(self) -> str:
         """The short labels spelled out (once per figure)."""
+        if not self.runs:
+            return "No runs."
         if not self.keys:
-            return "One run."
+            return "One variant: no config key other than the seed differs between the runs."
         return "Labels: " + key_caption(self.keys, self.runs) + "."

@@ -296,7 +296,7 @@ def invariance_figure(sweep: Sweep, baselines=None):
         ax.grid(alpha=0.3, axis="x")
         ax.tick_params(labelsize=8)
     ax1.set_yticks(range(len(variants)), [v.label for v in variants], fontsize=8)
-    ax1.set_ylim(len(variants) - 0.5, -0.5)  # first variant on top, like a table
+    ax1.set_ylim(max(len(variants), 1) - 0.5, -0.5)  # first variant on top, like a table
     if any_inv:
         ax1.set_xscale("log")
         # Always show the floor and 1 on the axis, so "all at the floor" reads as zero.
