@@ -4,7 +4,7 @@
 - ``swept_keys(runs)``: the dotted config keys whose values differ across runs (seed excluded),
   norm first, then residual, placement, then the rest in config order: the first is the panel
   axis of the small multiples, the second the colour (shade) axis, the others the line style.
-- ``short_label(run_or_cfg, keys)``: ``LN · pre · res`` instead of
+- ``short_label(run_or_cfg, keys)``: ``LN · res · pre`` instead of
   ``norm=layer,residual=true,placement=pre``; ``key_caption(keys)`` spells the abbreviations out
   once, for a figure caption or a table note.
 """
@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from matplotlib.colors import to_rgb
 from omegaconf import DictConfig, OmegaConf
 
-# Colour-blind-safe where it matters most: the batch-statistics norms are warm (red, orange,
-# brown), the per-token norms cool (blue, green, purple), no norm grey.
+# tab10 hues, one per norm: the batch-statistics norms warm (red, orange, brown), the per-token
+# norms cool (blue, green, purple), no norm grey. Not every pair is colour-blind safe (red/green),
+# which is why panels, labels and line styles carry the same information.
 NORM_COLORS = {
     "layer": "#1f77b4",
     "batch": "#d62728",
@@ -114,7 +115,7 @@ def short_value(key: str, value: str) -> str:
 
 
 def short_label(run_or_cfg, swept_keys: list[str]) -> str:
-    """``LN · pre · res``: the run's values of the swept keys, abbreviated, in key order.
+    """``LN · res · pre``: the run's values of the swept keys, abbreviated, in key order.
 
     With no swept keys (a single run) the label is the run's norm (``LN``).
     """
