@@ -1,271 +1,356 @@
-"""Sweep plots (matplotlib, Agg backend): one PNG per question, one colour per variant.
+"""Sweep plots (matplotlib, Agg): small multiples that stay readable from 1 to 60+ variants.
 
-- ``loss.png``                train loss and eval loss over steps per variant
-- ``grad_norm_by_block.png``  per-block gradient norm over steps, one panel per variant
-- ``token_std_by_depth.png``  final residual-stream token std vs block index (log y)
-- ``invariance_and_gap.png``  final batch-invariance probe (log y, floored) and the
-                              train/inference eval-loss gap per variant
-- ``token_cosine_by_depth.png`` final mean pairwise token cosine vs block index
+Every figure is laid out from the sweep's swept keys (:func:`trainer.results.palette.swept_keys`):
+one panel per value of the first key (the norm, for grid sweeps), inside a panel the second key
+is the colour (shades of the norm's fixed colour) and the remaining keys the line style; seeds are
+faint lines around a bold mean. One legend outside the axes explains the encoding and a caption
+spells out the short labels once.
 
-Curves: the variant's lowest seed is drawn solid, other seeds faint in the same colour. Depth
-profiles and bars: mean over seeds. Missing tags (diverged or unfinished runs) are skipped; a
-figure with nothing to show says so instead of failing.
+Figures (file names are stable): ``loss.png`` (train above eval loss, baselines, × diverged,
+▲ spike), ``grad_norm_by_block.png`` (global over steps; per-block median vs depth; log),
+``token_std_by_depth.png`` (log), ``token_cosine_by_depth.png``, ``invariance_and_gap.png``
+(dot plot, one row per variant: batch-invariance probe, log with 0 at a floor; train/inference gap).
+Missing tags (diverged or unfinished runs) are skipped; a panel with nothing to show says so.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-import re
+import statistics
+import textwrap
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from trainer.atomic import atomic_write  # noqa: E402
+from trainer.results.palette import Sweep  # noqa: E402
+from trainer.results.series import (before_divergence, by_block, final_probe, finite,  # noqa: E402
+                                     gap, mean_curve, positive, spikes)
 
+DPI = 120
+MAX_WIDTH_PX = 2400  # readable on a laptop screen and in a Git host's page without zooming
 FLOOR = 1e-9  # batch invariance is 0 (or float noise) for per-token norms: plotted at this floor
-BLOCK = re.compile(r"block_(\d+)")
+FAINT = dict(lw=0.8, alpha=0.3)
+BOLD = dict(lw=2.0, alpha=1.0)
+NAMES = ("loss", "grad_norm_by_block", "token_std_by_depth", "invariance_and_gap",
+         "token_cosine_by_depth")
 
 
-def _variants(runs) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for run in sorted(runs, key=lambda r: (r.variant, r.seed)):
-        out.setdefault(run.variant, []).append(run)
-    return out
+# ---- drawing helpers ----------------------------------------------------------------------------
+
+def _series(ax, variant, per_seed):
+    """Faint seed lines around a bold mean, all in the variant's colour and style."""
+    per_seed = [c for c in per_seed if c]
+    if not per_seed:
+        return False
+    look = dict(color=variant.color, ls=variant.dash, gid=variant.name)
+    mean = mean_curve(per_seed)
+    if len(per_seed) > 1:
+        for curve in per_seed:
+            xs, ys = zip(*curve)
+            ax.plot(xs, ys, **look, **FAINT, marker="o" if len(xs) < 3 else variant.marker, ms=3)
+    if mean:
+        xs, ys = zip(*mean)
+        ax.plot(xs, ys, **look, **BOLD, marker="o" if len(xs) < 3 else variant.marker, ms=4,
+                markevery=max(1, len(xs) // 6))
+    return True
 
 
-def _colors(names) -> dict[str, tuple]:
-    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
-    return {n: cmap(i % cmap.N) for i, n in enumerate(names)}
+def _events(ax, variant, points, marker, clamp):
+    """× / ▲ markers at (step, value), clamped into the y range so a blow-up stays visible."""
+    for x, y in points:
+        ax.plot([x], [min(max(y, clamp[0]), clamp[1])], ls="none", marker=marker, ms=8, mew=2,
+                color=variant.color, gid=f"event:{variant.name}", clip_on=False)
 
 
-def _finite(points):
-    return [(s, v) for s, v in points if math.isfinite(v)]
+def _empty(ax, what: str) -> None:
+    ax.text(0.5, 0.5, f"no {what}\nrecorded", ha="center", va="center", fontsize=8,
+            transform=ax.transAxes, color="grey")
+
+
+def _figure(sweep, rows_per_panel: int, panel_h: float, panel_w: float = 3.3):
+    """Constrained-layout grid: each panel is ``rows_per_panel`` stacked axes; ≤ 4 panel columns."""
+    n = len(sweep.panels)
+    panel_rows = math.ceil(n / 4)
+    cols = math.ceil(n / panel_rows)
+    legend_w = 2.7
+    width = min(cols * panel_w + legend_w, MAX_WIDTH_PX / DPI)
+    fig, grid = plt.subplots(panel_rows * rows_per_panel, cols, squeeze=False, sharex="row",
+                             figsize=(width, panel_rows * rows_per_panel * panel_h + 1.4),
+                             layout="constrained", dpi=DPI)
+    axes = []
+    for i in range(panel_rows * cols):
+        r, c = divmod(i, cols)
+        stack = [grid[r * rows_per_panel + k, c] for k in range(rows_per_panel)]
+        if i < n:
+            axes.append(stack)
+        else:
+            for ax in stack:
+                ax.set_visible(False)
+    return fig, axes
+
+
+def _title(ax, sweep, panel):
+    ax.set_title(panel, fontsize=10, color=sweep.panel_color(panel), fontweight="bold")
+
+
+def _share_y(axes_list, log=False, lim=None):
+    """One y range for a metric across panels; tick labels only on the first column."""
+    axes_list = [a for a in axes_list if a.has_data()]
+    if not axes_list:
+        return
+    if log:
+        for ax in axes_list:
+            ax.set_yscale("log")
+    lo = min(a.get_ylim()[0] for a in axes_list) if lim is None else lim[0]
+    hi = max(a.get_ylim()[1] for a in axes_list) if lim is None else lim[1]
+    for ax in axes_list:
+        ax.set_ylim(lo, hi)
+        if ax.get_subplotspec().colspan.start != 0:
+            ax.tick_params(labelleft=False)
+            ax.set_ylabel("")
+
+
+def _finish(fig, sweep, title, extra_handles=(), seeds=True):
+    """Figure title, the one legend (outside the axes) and the caption with the short labels."""
+    handles = sweep.legend_handles()
+    if seeds and sweep.max_seeds > 1:
+        handles += [Line2D([], [], color="black", **BOLD, label="mean over seeds"),
+                    Line2D([], [], color="black", **FAINT, label="single seed")]
+    handles += list(extra_handles)
+    legend = fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
+    for handle, text in zip(legend.legend_handles, legend.get_texts()):
+        if handle.get_linestyle() == "None" and handle.get_marker() in ("None", None, ""):
+            text.set_fontweight("bold")  # a section header ("line: model.placement")
+    # Left-aligned and wrapped to the panels' width: the legend column on the right starts at
+    # the top too, and a centred title runs into it on narrow (two-panel) figures.
+    fig.suptitle(textwrap.fill(title, int((fig.get_size_inches()[0] - 2.9) * 10)), x=0.01,
+                 ha="left", fontsize=11)
+    width_chars = int(fig.get_size_inches()[0] * 13)  # ~13 characters per inch at 8 pt
+    fig.supxlabel(textwrap.fill(sweep.caption(), width_chars), fontsize=8, color="dimgrey")
+    for ax in fig.axes:
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=8)
+
+
+# ---- figures ------------------------------------------------------------------------------------
+
+def loss_figure(sweep: Sweep, baselines: dict[str, float] | None = None):
+    """Train loss above eval loss (inference mode) per panel, baselines as labelled lines."""
+    fig, axes = _figure(sweep, 2, 2.1)
+    values, firsts, events = [], [], []
+    for (ax_train, ax_eval), panel in zip(axes, sweep.panels):
+        _title(ax_train, sweep, panel)
+        for ax, group in ((ax_train, "train"), (ax_eval, "eval")):
+            drawn = False
+            for v in sweep.variants_in(panel):
+                curves = [before_divergence(r, getattr(r, group).get("loss", [])) for r in v.runs]
+                drawn |= _series(ax, v, curves)
+                for run, curve in zip(v.runs, curves):
+                    if not curve:
+                        continue
+                    values += [y for _, y in curve]
+                    firsts.append(curve[0][1])
+                    if run.status == "diverged":
+                        events.append((ax, v, [(run.summary.get("diverged_step") or curve[-1][0],
+                                                curve[-1][1])], "x"))
+                    if group == "train":
+                        events.append((ax, v, spikes(run, curve), "^"))
+            if not drawn:
+                _empty(ax, f"{group} loss")
+            ax.set_ylabel(f"{group} loss" if group == "train" else "eval loss\n(inference)",
+                          fontsize=9)
+        ax_eval.set_xlabel("step", fontsize=9)
+    lines = sorted(((k, v) for k, v in (baselines or {}).items()
+                    if v is not None and math.isfinite(v)), key=lambda kv: -kv[1])
+    styles = [dict(color="black", lw=1, alpha=0.7, ls=(":", "-.", "--")[k % 3],
+                   label=f"{name} baseline {y:.2f}") for k, (name, y) in enumerate(lines)]
+    extra = [Line2D([], [], **st) for st in styles] if values else []
+    if values:
+        # The y range follows the losses at their start, not a blow-up: spikes are marked instead.
+        ys = [y for _, y in lines]
+        lo, hi = min(values + ys), max(firsts + ys)
+        lim = (lo - 0.04 * (hi - lo or 1.0), hi + 0.04 * (hi - lo or 1.0))
+        for ax in itertools.chain.from_iterable(axes):
+            for (name, y), st in zip(lines, styles):
+                ax.axhline(y, **{**st, "label": None}, gid=f"baseline:{name}")
+        for ax, v, points, marker in events:
+            _events(ax, v, points, marker, lim)
+        _share_y([a for pair in axes for a in pair], lim=lim)
+    if any(m == "x" and p for _, _, p, m in events):
+        extra.append(Line2D([], [], ls="none", marker="x", mew=2, color="black",
+                            label="diverged here"))
+    if any(m == "^" and p for _, _, p, m in events):
+        extra.append(Line2D([], [], ls="none", marker="^", color="black",
+                            label="loss spike (off-scale: at top)"))
+    _finish(fig, sweep, "Loss: train (upper) and eval in inference mode (lower), in nats",
+            extra)
+    return fig
+
+
+def grad_norm_figure(sweep: Sweep, baselines=None):
+    """Global grad norm over steps and each block's median grad norm over training, log y."""
+    fig, axes = _figure(sweep, 2, 2.1)
+    for (ax_t, ax_d), panel in zip(axes, sweep.panels):
+        _title(ax_t, sweep, panel)
+        drawn_t = drawn_d = False
+        for v in sweep.variants_in(panel):
+            drawn_t |= _series(ax_t, v, [positive(r.train.get("grad_norm/global", []))
+                                         for r in v.runs])
+            profiles = [[(i, statistics.median(y for _, y in p)) for i, c in
+                         by_block(r.train, "grad_norm/").items() if (p := positive(c))]
+                        for r in v.runs]
+            drawn_d |= _series(ax_d, v, profiles)
+        if not drawn_t:
+            _empty(ax_t, "grad_norm/global")
+        if not drawn_d:
+            _empty(ax_d, "grad_norm/block_i")
+        ax_t.set(xlabel="step")
+        ax_t.set_ylabel("global grad norm", fontsize=9)
+        ax_d.set(xlabel="block index")
+        ax_d.set_ylabel("median grad norm\nover training", fontsize=9)
+        ax_d.xaxis.get_major_locator().set_params(integer=True)
+    _share_y([a for a, _ in axes], log=True)
+    _share_y([b for _, b in axes], log=True)
+    _finish(fig, sweep, "Gradient norm: global over steps (upper), per block (lower), log scale")
+    return fig
+
+
+def _depth_figure(sweep, group, prefix, suffix, ylabel, title, log):
+    fig, axes = _figure(sweep, 1, 2.6)
+    for (ax,), panel in zip(axes, sweep.panels):
+        _title(ax, sweep, panel)
+        drawn = False
+        for v in sweep.variants_in(panel):
+            profiles = []
+            for run in v.runs:
+                prof = [(i, p[-1][1]) for i, c in by_block(getattr(run, group), prefix,
+                                                            suffix).items()
+                        if (p := (positive(c) if log else finite(c)))]
+                profiles.append(prof)
+            drawn |= _series(ax, v, profiles)
+        if not drawn:
+            _empty(ax, ylabel)
+        ax.set_xlabel("block index", fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=9)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    _share_y([a for (a,) in axes], log=log)
+    _finish(fig, sweep, title)
+    return fig
+
+
+def token_std_figure(sweep: Sweep, baselines=None):
+    """Final residual-stream token std per block (log y): stream growth with depth."""
+    return _depth_figure(sweep, "train", "activation/", "/token_std", "token std",
+                         "Final residual-stream token std by depth (log scale)", log=True)
+
+
+def token_cosine_figure(sweep: Sweep, baselines=None):
+    """Final mean pairwise token cosine per block (1 = rank collapse)."""
+    return _depth_figure(sweep, "eval", "probe/token_cosine/", "", "token cosine",
+                         "Final mean pairwise token cosine by depth (1 = rank collapse)",
+                         log=False)
+
+
+def _dots(ax, y, v, values, marker, filled=True):
+    """One row: faint small dots per seed, a bold dot at their mean."""
+    values = [x for x in values if x is not None and math.isfinite(x)]
+    if not values:
+        return False
+    face = v.color if filled else "white"
+    if len(values) > 1:
+        ax.plot(values, [y] * len(values), ls="none", marker=marker, ms=4, color=v.color,
+                mfc=face, alpha=0.4, gid=v.name)
+    ax.plot([statistics.fmean(values)], [y], ls="none", marker=marker, ms=7, color=v.color,
+            mfc=face, mew=1.5, gid=v.name)
+    return True
+
+
+def invariance_figure(sweep: Sweep, baselines=None):
+    """Dot plot, one row per variant: batch invariance (log) and train/inference loss gap."""
+    variants = [v for p in sweep.panels for v in sweep.variants_in(p)]
+    height = 1.9 + 0.22 * len(variants)
+    fig, (ax1, ax2) = plt.subplots(1, 2, sharey=True, figsize=(9.5, height), dpi=DPI,
+                                   layout="constrained", gridspec_kw={"width_ratios": [3, 2]})
+    any_inv = any_gap = False
+    for y, v in enumerate(variants):
+        train_mode = [max(x, FLOOR) if x is not None else None
+                      for x in (final_probe(r, "probe/batch_invariance") for r in v.runs)]
+        inference = [max(x, FLOOR) if x is not None else None
+                     for x in (final_probe(r, "probe/batch_invariance_inference")
+                               for r in v.runs)]
+        # Side by side in the row: both are at the floor for per-token norms and would hide.
+        any_inv |= _dots(ax1, y - 0.18, v, train_mode, "o")
+        any_inv |= _dots(ax1, y + 0.18, v, inference, "D", filled=False)
+        any_gap |= _dots(ax2, y, v, [gap(r) for r in v.runs], "o")
+    # A thin line between panel groups (e.g. between norms) keeps the rows easy to follow.
+    edges = list(itertools.accumulate(len(sweep.variants_in(p)) for p in sweep.panels))[:-1]
+    for ax in (ax1, ax2):
+        for e in edges:
+            ax.axhline(e - 0.5, color="grey", lw=0.6)
+        ax.grid(alpha=0.3, axis="x")
+        ax.tick_params(labelsize=8)
+    ax1.set_yticks(range(len(variants)), [v.label for v in variants], fontsize=8)
+    ax1.set_ylim(max(len(variants), 1) - 0.5, -0.5)  # first variant on top, like a table
+    if any_inv:
+        ax1.set_xscale("log")
+        # Always show the floor and 1 on the axis, so "all at the floor" reads as zero.
+        ax1.set_xlim(FLOOR / 3, max(10.0, 3 * ax1.dataLim.x1))
+        ax1.axvline(FLOOR, color="grey", lw=0.8, ls=":")
+    else:
+        _empty(ax1, "probe/batch_invariance")
+    if not any_gap:
+        _empty(ax2, "train/inference gap")
+    ax2.axvline(0, color="black", lw=0.8)
+    ax1.set_xlabel(f"max |Δ logits|, batched vs alone (log; 0 drawn at {FLOOR:g})", fontsize=9)
+    ax1.set_title("batch invariance", fontsize=10)
+    ax2.set_xlabel("eval loss: inference − train-mode BN (nats)", fontsize=9)
+    ax2.set_title("train/inference gap", fontsize=10)
+    marks = [Line2D([], [], ls="none", marker="o", color="black", label="train-mode forward"),
+             Line2D([], [], ls="none", marker="D", color="black", mfc="white",
+                    label="inference forward")]
+    if sweep.max_seeds > 1:
+        marks += [Line2D([], [], ls="none", marker="o", ms=7, color="black", label="mean"),
+                  Line2D([], [], ls="none", marker="o", ms=4, alpha=0.4, color="black",
+                         label="single seed")]
+    fig.legend(handles=marks, loc="outside right upper", fontsize=8, frameon=False)
+    fig.suptitle("Batch invariance and train/inference gap per variant", fontsize=11)
+    fig.supxlabel(textwrap.fill(sweep.caption(), int(9.5 * 13)), fontsize=8, color="dimgrey")
+    return fig
+
+
+FIGURES = {"loss": loss_figure, "grad_norm_by_block": grad_norm_figure,
+           "token_std_by_depth": token_std_figure, "invariance_and_gap": invariance_figure,
+           "token_cosine_by_depth": token_cosine_figure}
 
 
 def _save(fig, path: Path) -> None:
     """Write via a temp file + rename: a reader never sees half a PNG."""
     try:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png"))
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format="png"))
     finally:
         plt.close(fig)
 
 
-def _empty(ax, what: str) -> None:
-    ax.text(0.5, 0.5, f"no {what} recorded", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xticks([])
-    ax.set_yticks([])
+def write_plots(runs, out_dir: str | Path, baselines: dict[str, float] | None = None
+                ) -> list[Path]:
+    """Write the five PNGs for ``runs`` (``trainer.results.summarize.Run``) into ``out_dir``.
 
-
-def _by_block(curves: dict, prefix: str, suffix: str = "") -> dict[int, list]:
-    """``{block index: curve}`` for tags ``prefix + block_i + suffix``."""
-    out = {}
-    for tag, curve in curves.items():
-        if tag.startswith(prefix) and tag.endswith(suffix):
-            m = BLOCK.fullmatch(tag[len(prefix):len(tag) - len(suffix)])
-            if m:
-                out[int(m.group(1))] = curve
-    return dict(sorted(out.items()))
-
-
-def _dot(xs):
-    """A marker for curves too short to show as lines (a run that diverged at once)."""
-    return "o" if len(xs) < 3 else None
-
-
-def _before_divergence(run, curve):
-    """Finite points, without the diverged step itself (its loss is inf, NaN or huge)."""
-    stop = run.summary.get("diverged_step") if run.status == "diverged" else None
-    return [(s, v) for s, v in _finite(curve) if stop is None or s < stop]
-
-
-def plot_loss(groups, colors, path: Path) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    firsts, values, labelled = [], [], set()
-    titles = ("train loss", "eval loss (inference mode)")
-    for ax, group, title in zip(axes, ("train", "eval"), titles):
-        drawn = False
-        for name, runs in groups.items():
-            for k, run in enumerate(runs):
-                curve = _before_divergence(run, getattr(run, group).get("loss", []))
-                if not curve:
-                    continue
-                xs, ys = zip(*curve)
-                label = name if name not in labelled else None
-                labelled.add(name)
-                ax.plot(xs, ys, color=colors[name], lw=1.6 if k == 0 else 0.8,
-                        alpha=1.0 if k == 0 else 0.35, label=label, marker=_dot(xs))
-                if run.status == "diverged":  # × at the diverged step, last finite loss
-                    ax.plot([run.summary.get("diverged_step", xs[-1])], [ys[-1]], marker="x",
-                            color=colors[name], markersize=9, mew=2)
-                firsts.append(ys[0])
-                values += ys
-                drawn = True
-        ax.set(title=title, xlabel="step", ylabel="loss")
-        ax.grid(alpha=0.3)
-        if not drawn:
-            _empty(ax, f"{group} loss")
-    if values and max(firsts) > min(values):  # a blow-up must not squash the other curves
-        pad = 0.03 * (max(firsts) - min(values))
-        for ax in axes:
-            ax.set_ylim(min(values) - pad, max(firsts) + pad)
-    handles, labels = [], []
-    for ax in axes:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    if handles:
-        fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 4), fontsize=8,
-                   bbox_to_anchor=(0.5, 1.08))
-    fig.suptitle("lowest seed solid, other seeds faint; × marks the step a run diverged",
-                 y=-0.02, fontsize=8)
-    _save(fig, path)
-
-
-def plot_grad_norm(groups, colors, path: Path) -> None:
-    n = len(groups)
-    cols = min(3, n)
-    rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
-    for ax, (name, runs) in zip(axes.flat, groups.items()):
-        run = runs[0]
-        blocks = _by_block(run.train, "grad_norm/")
-        blocks = {i: c for i, c in blocks.items() if _positive(c)}
-        if not blocks:
-            _empty(ax, "grad_norm/block_i")
-        cmap = plt.get_cmap("viridis")
-        for i, curve in blocks.items():
-            xs, ys = zip(*_positive(curve))
-            ax.plot(xs, ys, color=cmap(i / max(len(blocks) - 1, 1)), lw=1.2, label=f"block {i}",
-                    marker=_dot(xs))
-        glob = _positive(run.train.get("grad_norm/global", []))
-        if glob:
-            xs, ys = zip(*glob)
-            ax.plot(xs, ys, color="black", ls="--", lw=1, label="global", marker=_dot(xs))
-        if blocks or glob:
-            ax.set_yscale("log")
-            ax.legend(fontsize=7, ncol=2)
-        ax.set_title(f"{name} (seed {run.seed})", fontsize=9, color=colors[name])
-        ax.set(xlabel="step", ylabel="grad norm")
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[n:]:
-        ax.axis("off")
-    fig.tight_layout()
-    _save(fig, path)
-
-
-def _positive(curve):
-    return [(s, v) for s, v in curve if math.isfinite(v) and v > 0]
-
-
-def _depth_profile(runs, group: str, prefix: str, suffix: str) -> dict[int, float]:
-    """Final value per block, mean over the variant's seeds (non-finite values dropped)."""
-    acc: dict[int, list[float]] = {}
-    for run in runs:
-        for i, curve in _by_block(getattr(run, group), prefix, suffix).items():
-            finite = _finite(curve)
-            if finite:
-                acc.setdefault(i, []).append(finite[-1][1])
-    return {i: sum(v) / len(v) for i, v in sorted(acc.items())}
-
-
-def plot_depth(groups, colors, path: Path, group, prefix, suffix, ylabel, title, log) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    drawn = False
-    for name, runs in groups.items():
-        prof = _depth_profile(runs, group, prefix, suffix)
-        if log:
-            prof = {i: v for i, v in prof.items() if v > 0}
-        if prof:
-            ax.plot(list(prof), list(prof.values()), marker="o", color=colors[name], label=name)
-            drawn = True
-    if drawn:
-        if log:
-            ax.set_yscale("log")
-        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: many variants
-        ax.xaxis.get_major_locator().set_params(integer=True)
-    else:
-        _empty(ax, ylabel)
-    ax.set(xlabel="block index", ylabel=ylabel, title=title)
-    ax.grid(alpha=0.3)
-    _save(fig, path)
-
-
-def _mean(values):
-    xs = [v for v in values if v is not None and math.isfinite(v)]
-    return sum(xs) / len(xs) if xs else None
-
-
-def plot_invariance_and_gap(groups, colors, path: Path) -> None:
-    names = list(groups)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(10, 1.3 * len(names) + 4), 4.8))
-    x = range(len(names))
-    width = 0.4
-    any_value = False
-    bars = ((-width / 2, "probe/batch_invariance", "train-mode forward", ""),
-            (width / 2, "probe/batch_invariance_inference", "inference forward", "//"))
-    for offset, tag, label, hatch in bars:
-        vals = [_mean([_final_probe(r, tag) for r in groups[n]]) for n in names]
-        any_value = any_value or any(v is not None for v in vals)
-        ax1.bar([i + offset for i in x], [max(v, FLOOR) if v is not None else 0 for v in vals],
-                width, color=[colors[n] for n in names], hatch=hatch, edgecolor="black",
-                label=label)
-    if any_value:
-        ax1.set_yscale("log")
-        ax1.set_ylim(bottom=FLOOR / 2)
-        ax1.axhline(FLOOR, color="grey", lw=0.8, ls=":")
-        ax1.legend(fontsize=8)
-    else:
-        _empty(ax1, "probe/batch_invariance")
-    ax1.set(title=f"batch invariance: max |Δ logits| (floor {FLOOR:g})", ylabel="max |Δ logits|")
-    gaps = [_mean([_gap(r) for r in groups[n]]) for n in names]
-    if all(g is None for g in gaps):
-        _empty(ax2, "train/inference gap")
-    ax2.bar(list(x), [g if g is not None else 0 for g in gaps], color=[colors[n] for n in names],
-            edgecolor="black")
-    ax2.axhline(0, color="black", lw=0.8)
-    ax2.set(title="eval loss: inference mode − train-mode BN", ylabel="loss gap")
-    for ax in (ax1, ax2):
-        ax.set_xticks(list(x))
-        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
-        ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    _save(fig, path)
-
-
-def _final_probe(run, tag):
-    value = (run.summary.get("probes") or {}).get(tag)
-    return value if value is not None else run.final("eval", tag)
-
-
-def _gap(run):
-    loss = run.summary.get("final_eval_loss")
-    train_mode = run.summary.get("final_eval_loss_train_mode")
-    if loss is None:
-        return None
-    if train_mode is None:
-        train_mode = run.final("eval", "loss_train_mode")
-    return None if train_mode is None else loss - train_mode
-
-
-def write_plots(runs, out_dir: str | Path) -> list[Path]:
-    """Write the five PNGs for ``runs`` (``trainer.results.summarize.Run``) into ``out_dir``."""
+    ``baselines`` (e.g. ``{"unigram": 6.94, "bigram": 5.31}``, nats) are drawn as labelled
+    horizontal lines on the loss plot; None or missing keys draw nothing.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    groups = _variants(runs)
-    colors = _colors(list(groups))
-    paths = {name: out / f"{name}.png" for name in
-             ("loss", "grad_norm_by_block", "token_std_by_depth", "invariance_and_gap",
-              "token_cosine_by_depth")}
-    plot_loss(groups, colors, paths["loss"])
-    plot_grad_norm(groups, colors, paths["grad_norm_by_block"])
-    plot_depth(groups, colors, paths["token_std_by_depth"], "train", "activation/", "/token_std",
-               "token std (residual stream)", "final residual-stream token std by depth", log=True)
-    plot_invariance_and_gap(groups, colors, paths["invariance_and_gap"])
-    plot_depth(groups, colors, paths["token_cosine_by_depth"], "eval", "probe/token_cosine/", "",
-               "mean pairwise token cosine", "final token cosine by depth (1 = rank collapse)",
-               log=False)
-    return list(paths.values())
+    sweep = Sweep(runs)
+    paths = []
+    for name in NAMES:
+        path = out / f"{name}.png"
+        _save(FIGURES[name](sweep, baselines), path)
+        paths.append(path)
+    return paths
+

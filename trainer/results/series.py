@@ -1,0 +1,78 @@
+"""Reading curves for the plots: finite points, per-block tags, seed means, spikes, probes.
+
+Curves are ``[(step, value)]`` lists as :class:`trainer.results.summarize.Run` holds them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+
+BLOCK = re.compile(r"block_(\d+)")
+
+
+def finite(points):
+    """Points with a finite value (NaN, inf and None dropped)."""
+    return [(s, v) for s, v in points if v is not None and math.isfinite(v)]
+
+
+def positive(points):
+    """Finite points above zero: what a log axis can show."""
+    return [(s, v) for s, v in finite(points) if v > 0]
+
+
+def by_block(curves: dict, prefix: str, suffix: str = "") -> dict[int, list]:
+    """``{block index: curve}`` for tags ``prefix + block_i + suffix``."""
+    out = {}
+    for tag, curve in curves.items():
+        if tag.startswith(prefix) and tag.endswith(suffix):
+            m = BLOCK.fullmatch(tag[len(prefix):len(tag) - len(suffix)])
+            if m:
+                out[int(m.group(1))] = curve
+    return dict(sorted(out.items()))
+
+
+def mean_curve(curves):
+    """Mean over seeds at the x values every seed has (a diverged seed ends the mean early)."""
+    curves = [dict(c) for c in curves if c]
+    if not curves:
+        return []
+    common = sorted(set(curves[0]).intersection(*curves[1:]))
+    return [(x, statistics.fmean(c[x] for c in curves)) for x in common]
+
+
+def before_divergence(run, curve):
+    """Finite points, without the diverged step itself (its loss is inf, NaN or huge)."""
+    stop = run.summary.get("diverged_step") if run.status == "diverged" else None
+    return [(s, v) for s, v in finite(curve) if stop is None or s < stop]
+
+
+def spikes(run, curve):
+    """Loss spikes: ``summary["loss_spikes"]`` steps if recorded, else loss > 2x the point before.
+
+    The recorded form may be a list of steps, of ``[step, value]`` pairs or of ``{"step": …}``.
+    """
+    recorded = run.summary.get("loss_spikes")
+    if recorded is None:
+        return [(s, v) for (_, prev), (s, v) in zip(curve, curve[1:]) if v > 2 * prev > 0]
+    steps = {int(x["step"] if isinstance(x, dict) else x[0] if isinstance(x, (list, tuple))
+                 else x) for x in recorded}
+    return [(s, v) for s, v in curve if s in steps]
+
+
+def final_probe(run, tag):
+    """A probe's final value: summary.json first, else the last point of its eval curve."""
+    value = (run.summary.get("probes") or {}).get(tag)
+    return value if value is not None else run.final("eval", tag)
+
+
+def gap(run):
+    """Eval loss in inference mode minus eval loss with train-mode BN (None when unknown)."""
+    loss = run.summary.get("final_eval_loss")
+    train_mode = run.summary.get("final_eval_loss_train_mode")
+    if loss is None:
+        return None
+    if train_mode is None:
+        train_mode = run.final("eval", "loss_train_mode")
+    return None if train_mode is None else loss - train_mode
