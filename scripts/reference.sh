@@ -1,10 +1,36 @@
 #!/usr/bin/env bash
-# Regenerate results/reference/: the norm x residual x placement grid and the high-LR slice,
-# each with its tables and plots, then results/README.md (the findings). About an hour on 2 CPU cores.
-# Usage: scripts/reference.sh [--parallel N]      (default --parallel 2)
+# Regenerate results/reference/ in named sub-sweeps (each <= 45 min on 2 CPU cores, about 3 h in
+# all), then results/README.md (the findings). Each part skips finished runs and resumes
+# unfinished ones, so rerunning after an interruption loses nothing; commit each part's runs as
+# soon as it finishes. Run from a clean checkout: the runs record the commit they came from.
+#
+# Usage: scripts/reference.sh [PART ...] [--parallel N]     (default: every part, --parallel 2)
+#   PART: grid_a grid_b grid_c grid_d lr calibration init findings
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_python.sh"
-args=("$@"); [[ ${#args[@]} -eq 0 ]] && args=(--parallel 2)
-"$PYTHON" -m trainer sweep --config configs/sweeps/reference.yaml --out results/reference/grid "${args[@]}"
-"$PYTHON" -m trainer sweep --config configs/sweeps/reference_lr.yaml --out results/reference/lr_slice "${args[@]}"
-"$PYTHON" -m trainer.results.findings results/reference
+parts=() args=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --parallel) args+=(--parallel "$2"); shift 2 ;;
+    *) parts+=("$1"); shift ;;
+  esac
+done
+[[ ${#args[@]} -eq 0 ]] && args=(--parallel 2)
+[[ ${#parts[@]} -eq 0 ]] && parts=(grid_a grid_b grid_c grid_d lr calibration init findings)
+out=results/reference
+for part in "${parts[@]}"; do
+  echo "== reference part: $part ($(date +%H:%M:%S))"
+  case "$part" in
+    grid_a|grid_b|grid_c|grid_d)
+      "$PYTHON" -m trainer sweep --config "configs/sweeps/reference_$part.yaml" --out "$out/grid" "${args[@]}" ;;
+    lr)
+      "$PYTHON" -m trainer sweep --config configs/sweeps/reference_lr.yaml --out "$out/lr_slice" "${args[@]}" ;;
+    calibration)
+      "$PYTHON" -m trainer sweep --config configs/sweeps/calibration.yaml --out "$out/calibration" "${args[@]}" ;;
+    init)
+      "$PYTHON" -m trainer analyze grad-profile --config configs/reference.yaml --out "$out/init" ;;
+    findings)
+      "$PYTHON" -m trainer findings "$out" > /dev/null && echo "wrote results/README.md" ;;
+    *) echo "error: unknown part '$part'" >&2; exit 2 ;;
+  esac
+done

@@ -235,7 +235,7 @@ def test_diverged_and_spiking_runs_are_marked():
         assert x == 20 and y <= fig.axes[0].get_ylim()[1], "off-scale spike clamped into view"
     finally:
         plt.close(fig)
-    runs[1].summary["loss_spikes"] = [10]  # recorded by the loop: used instead of the 2x rule
+    runs[1].summary["loss_spike_steps"] = [10]  # recorded by the loop: used instead of the 2x rule
     fig = FIGURES["loss"](Sweep(runs), None)
     try:
         xs = [line.get_xdata()[0] for ax in fig.axes for line in ax.get_lines()

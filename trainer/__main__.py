@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     analyze.add_argument("args", nargs=argparse.REMAINDER, help="the analysis' own arguments")
 
     bench = sub.add_parser("bench", help="performance report as JSON")
-    bench.add_argument("--config", default="configs/base.yaml", help="experiment YAML")
+    bench.add_argument("--config", default="configs/bench.yaml", help="experiment YAML")
     bench.add_argument("--out", default="bench.json", help="JSON report path")
     bench.add_argument("--steps", type=int, default=30, help="timed steps per measurement")
     bench.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.dim=256")

@@ -59,6 +59,10 @@ def _plateau(ref) -> list[str]:
             f"compared apart: {len(out)} of {len(ref.runs)}: " + ", ".join(out) + "."]
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")  # a bare | would end the table cell
+
+
 def render_page(ref, findings) -> str:
     name = ref.root.name
     lines = [
@@ -73,7 +77,8 @@ def render_page(ref, findings) -> str:
         "| id | claim | verdict | it would have been false if |", "|---|---|---|---|",
     ]
     for f in findings:
-        lines.append(f"| [{f.id}](#{f.id.lower()}) | {f.claim} | {VERDICTS[f.verdict]} | {f.falsifier} |")
+        lines.append(f"| [{f.id}](#{f.id.lower()}) | {_cell(f.claim)} | {VERDICTS[f.verdict]} | "
+                     f"{_cell(f.falsifier)} |")
     for f in findings:
         lines += ["", f"## {f.id}", "", f"**{f.claim}.**", "", f"Metric: {f.metric}.", ""]
         if f.missing:

@@ -5,6 +5,8 @@ Curves are ``[(step, value)]`` lists as :class:`trainer.results.summarize.Run` h
 
 from __future__ import annotations
 
+import bisect
+
 import math
 import re
 import statistics
@@ -49,16 +51,22 @@ def before_divergence(run, curve):
 
 
 def spikes(run, curve):
-    """Loss spikes: ``summary["loss_spikes"]`` steps if recorded, else loss > 2x the point before.
-
-    The recorded form may be a list of steps, of ``[step, value]`` pairs or of ``{"step": …}``.
-    """
-    recorded = run.summary.get("loss_spikes")
+    """Loss spikes as (step, y): the steps the run counted (``summary["loss_spike_steps"]``,
+    see trainer/telemetry/spikes.py) placed on the nearest logged point of ``curve`` (the loss of
+    an unlogged step is not kept); for older runs without that key, a logged loss > 2x the one
+    before."""
+    recorded = run.summary.get("loss_spike_steps")
     if recorded is None:
         return [(s, v) for (_, prev), (s, v) in zip(curve, curve[1:]) if v > 2 * prev > 0]
-    steps = {int(x["step"] if isinstance(x, dict) else x[0] if isinstance(x, (list, tuple))
-                 else x) for x in recorded}
-    return [(s, v) for s, v in curve if s in steps]
+    if not curve:
+        return []
+    steps = [s for s, _ in curve]
+    values = dict(curve)
+    out = []
+    for step in recorded:
+        i = min(bisect.bisect_left(steps, int(step)), len(steps) - 1)
+        out.append((int(step), values[steps[i]]))
+    return out
 
 
 def final_probe(run, tag):

@@ -289,5 +289,5 @@ def summarize(root: str | Path, plots: bool = True) -> list[dict]:
     if plots and runs:
         from trainer.results.plots import write_plots
 
-        write_plots(runs, root / "plots")
+        write_plots(runs, root / "plots", base)
     return variants
