@@ -234,3 +234,6 @@ def test_directory_mode_refuses_existing_reproductions_before_starting(results_s
         reproduce_all(root, out)
     with pytest.raises(ConfigError, match="apply to a results directory"):
         reproduce_path(root / "grid/same", sample=2)
+    with pytest.raises(ConfigError, match="--parallel must be at least 1"):
+        reproduce_path(root, out / "elsewhere", parallel=0)
+    assert not (out / "elsewhere").exists()

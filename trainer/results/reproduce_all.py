@@ -136,4 +136,5 @@ def reproduce_path(target: Path, out: str | Path | None = None, sample: int | No
             raise ConfigError(f"--sample, --seed and --parallel apply to a results directory; "
                               f"{target} is a single run")
         return reproduce(target, out, reuse=reuse, strict=strict)
-    return reproduce_all(target, out, sample, seed, parallel or 1, reuse, strict)
+    return reproduce_all(target, out, sample, seed, 1 if parallel is None else parallel, reuse,
+                         strict)
