@@ -32,9 +32,17 @@ def _parser() -> argparse.ArgumentParser:
     summ = sub.add_parser("summarize", help="tables and plots from a results directory")
     summ.add_argument("results_dir")
 
-    rep = sub.add_parser("reproduce", help="rerun a run from its saved config and compare")
-    rep.add_argument("run_dir")
-    rep.add_argument("--out", help="where the rerun goes (default: <run_dir>.reproduce)")
+    rep = sub.add_parser("reproduce", help="rerun a run (or a results directory's runs) from "
+                         "the saved config and compare")
+    rep.add_argument("run_dir", help="a run directory, or a results directory holding runs")
+    rep.add_argument("--out", help="where reruns go (default: runs/reproduce/<name>)")
+    rep.add_argument("--reuse", action="store_true",
+                     help="compare against the reproduction in --out (its code version checked)")
+    rep.add_argument("--strict", action="store_true", help="demand bit-identity on any machine")
+    rep.add_argument("--sample", type=int,
+                     help="results directory: rerun N runs drawn at random (default all)")
+    rep.add_argument("--seed", type=int, help="results directory: seed of the --sample draw")
+    rep.add_argument("--parallel", type=int, help="results directory: reruns at once (default 1)")
 
     find = sub.add_parser("findings", help="measure the claims on reference results -> README")
     find.add_argument("results_dir", nargs="?", default="results/reference")
@@ -80,9 +88,10 @@ def main(argv: list[str] | None = None) -> int:
             summarize(root)
             print((root / "summary.md").read_text())
         elif args.command == "reproduce":
-            from trainer.results.reproduce import reproduce
+            from trainer.results.reproduce_all import reproduce_path
 
-            return reproduce(Path(args.run_dir), args.out)
+            return reproduce_path(Path(args.run_dir), args.out, args.sample, args.seed,
+                                  args.parallel, args.reuse, args.strict)
         elif args.command == "findings":
             from trainer.results.findings import main as findings_main
 

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 from trainer.atomic import write_atomic
 from trainer.config import ConfigError, to_yaml
+from trainer.machine import machine_identity
 
 PACKAGES = ("tensorflow", "keras", "tensorboard", "datasets", "tokenizers", "gensim", "omegaconf",
             "numpy")
@@ -105,6 +106,7 @@ def collect_meta(cfg, argv: list[str], data_info: dict) -> dict:
         "seed": cfg.train.seed,
         "host": socket.gethostname(),
         "platform": platform.platform(),
+        "machine": machine_identity(),  # what decides bit-identity on CPU (reproduce reads it)
         "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         **data_info,
     }

@@ -1,0 +1,86 @@
+"""What decides bit-identity of a CPU run besides the code: the processor, its instruction sets,
+thread counts and the kernels TensorFlow picks for them.
+
+Two runs of the same code and packages agree bit for bit only when these agree too: oneDNN and
+XLA choose kernels (vector width, FMA or not, blocking) from the instruction sets, and the number
+of threads decides how reductions are split. ``reproduce`` compares these records to decide
+between demanding identity and allowing a float32 tolerance.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+
+import psutil
+
+# Instruction sets that change which kernels oneDNN/XLA/Eigen generate (and so the rounding).
+_ISA = re.compile(r"^(avx|avx2|fma|avx512.*|avx_vnni|amx.*)$")
+# Keys of machine_identity() that must be equal for a rerun to be expected bit-identical
+# (besides having no accelerator at all: reproduce never demands identity from one).
+IDENTITY_KEYS = ("cpu_model", "cpu_flags", "logical_cores", "usable_cores", "intra_op_threads",
+                 "inter_op_threads", "onednn_enabled")
+
+
+def _cpuinfo() -> tuple[str | None, list[str], int | None]:
+    """CPU model, relevant flags and physical core count from /proc/cpuinfo (Linux only)."""
+    try:
+        text = open("/proc/cpuinfo", encoding="utf-8", errors="replace").read()
+    except OSError:
+        return None, [], None
+    model, flags, cores = None, set(), set()
+    for block in text.split("\n\n"):
+        fields = dict(line.split(":", 1) for line in block.splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        model = model or fields.get("model name")
+        flags |= {f for f in fields.get("flags", "").split() if _ISA.match(f)}
+        if "core id" in fields:
+            cores.add((fields.get("physical id"), fields["core id"]))
+    return model, sorted(flags), len(cores) or None
+
+
+def _onednn_enabled() -> bool | None:
+    """Whether TensorFlow's oneDNN kernels are on: TF_ENABLE_ONEDNN_OPTS if set, else TF's default
+    for this build and platform, as TF itself resolves it."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port  # no public API for this
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return None
+
+
+def machine_identity() -> dict:
+    """The machine a run ran on, as far as it decides the floating-point results (for meta.json).
+
+    Thread counts are TensorFlow's settings; 0 means TF's default (one per usable core).
+    """
+    import tensorflow as tf
+
+    model, flags, physical = _cpuinfo()
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {
+        "cpu_model": model or platform.processor() or platform.machine(),
+        "cpu_flags": flags,
+        "logical_cores": psutil.cpu_count(logical=True),
+        "physical_cores": physical or psutil.cpu_count(logical=False),
+        "usable_cores": usable,
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        "onednn_env": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+        "onednn_enabled": _onednn_enabled(),
+        "tensorflow": tf.__version__,
+        # XLA ships inside TensorFlow: its version is TF's source revision.
+        "xla": tf.version.GIT_VERSION,
+        "accelerators": [_accelerator(tf, d) for d in tf.config.list_physical_devices()
+                         if d.device_type != "CPU"],
+    }
+
+
+def _accelerator(tf, device) -> str:
+    """``GPU: NVIDIA H200 (compute capability 9.0)``-style name of one accelerator."""
+    details = tf.config.experimental.get_device_details(device)
+    name = details.get("device_name", device.name)
+    cc = details.get("compute_capability")
+    return f"{device.device_type}: {name}" + (f" (compute capability {cc[0]}.{cc[1]})"
+                                              if cc else "")

@@ -1,0 +1,140 @@
+"""Reproduce the runs of a results directory: what a reader does to trust a results page.
+
+``python -m trainer reproduce RESULTS_DIR [--sample N] [--seed S] [--parallel P] [--out DIR]``
+reruns N of the finished runs under RESULTS_DIR (default all; a sample is drawn at random with a
+printed seed, so the same draw can be repeated), each in its own ``python -m trainer reproduce
+RUN --out DIR/<relative path>`` subprocess, P at a time, and prints one row per run with its
+verdict and largest differences. Exit 0 only when every row is IDENTICAL or WITHIN TOLERANCE.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from trainer.config import ConfigError
+from trainer.results.reproduce import VERDICT_FILE, check_out_dir
+from trainer.train.rundir import read_json
+
+PASS = ("IDENTICAL", "WITHIN TOLERANCE")
+
+
+def find_runs(root: Path) -> tuple[list[Path], list[Path]]:
+    """Finished and unfinished run directories under ``root`` (any depth), sorted."""
+    finished, unfinished = [], []
+    for cfg in sorted(root.rglob("config.yaml")):
+        run = cfg.parent
+        if "checkpoints" in run.relative_to(root).parts:
+            continue
+        status = read_json(run / "summary.json").get("status")
+        (finished if status in ("completed", "diverged") else unfinished).append(run)
+    return finished, unfinished
+
+
+def choose(runs: list[Path], sample: int | None, seed: int | None) -> tuple[list[Path], int | None]:
+    """``sample`` runs drawn with ``seed`` (drawn here when None), or all runs; and the seed."""
+    if sample is None:
+        return runs, None
+    if not 1 <= sample <= len(runs):
+        raise ConfigError(f"--sample must be between 1 and {len(runs)} (the finished runs), "
+                          f"got {sample}")
+    if seed is None:
+        seed = random.SystemRandom().randrange(2 ** 31)
+    return sorted(random.Random(seed).sample(runs, sample)), seed
+
+
+def _one(run: Path, out: Path, log: Path, flags: list[str]) -> dict:
+    """Reproduce one run in a subprocess (its own TensorFlow, as a user would run it)."""
+    cmd = [sys.executable, "-m", "trainer", "reproduce", str(run), "--out", str(out), *flags]
+    t0 = time.perf_counter()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+    row = {"rc": rc, "seconds": time.perf_counter() - t0}
+    if rc in (0, 1):  # a comparison was made and written before the exit
+        return {**row, **read_json(out / VERDICT_FILE)}
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    return {**row, "verdict": "ERROR", "text": lines[-1] if lines else f"exit code {rc}"}
+
+
+def _cell(largest: dict | None) -> str:
+    if not largest:
+        return "0"
+    step = f" step {largest['step']}" if largest.get("step") is not None else ""
+    return f"{largest['relative']:.1e} ({largest['where']}{step})"
+
+
+def table(rows: list[tuple[str, dict]]) -> str:
+    """Markdown table: run, verdict, largest relative differences, minutes, reason."""
+    out = ["| run | verdict | max rel. diff, losses | max rel. diff, diagnostics | min | reason |",
+           "|---|---|---|---|---|---|"]
+    for name, r in rows:
+        largest = r.get("largest") or {}
+        if r.get("verdict") == "MISMATCH":
+            reason = r["mismatches"][0]
+        elif r.get("verdict") == "ERROR":
+            reason = r["text"]
+        else:
+            reason = "; ".join(r.get("reasons") or []) or "same code, packages and machine"
+        out.append(f"| {name} | {r.get('verdict')} | {_cell(largest.get('loss'))} | "
+                   f"{_cell(largest.get('diagnostic'))} | {r['seconds'] / 60:.1f} | "
+                   f"{reason.replace('|', '/')} |")
+    return "\n".join(out)
+
+
+def reproduce_all(root: Path, out: str | Path | None = None, sample: int | None = None,
+                  seed: int | None = None, parallel: int = 1, reuse: bool = False,
+                  strict: bool = False) -> int:
+    """Reproduce the runs under ``root`` into ``out`` (default ``runs/reproduce/<root name>``);
+    print the table and return 0 only when every run passes."""
+    if parallel < 1:
+        raise ConfigError(f"--parallel must be at least 1, got {parallel}")
+    runs, unfinished = find_runs(root)
+    if not runs:
+        raise ConfigError(f"no finished runs under {root} (a run directory holds config.yaml "
+                          f"and a summary.json with status completed or diverged)")
+    chosen, seed = choose(runs, sample, seed)
+    out_root = Path(out) if out else Path("runs") / "reproduce" / root.resolve().name
+    outs = {run: out_root / run.relative_to(root) for run in chosen}
+    for run_out in outs.values():  # refuse before anything starts, not run by run
+        check_out_dir(run_out, reuse)
+    drawn = f", drawn at random with --seed {seed}" if seed is not None else ""
+    print(f"reproducing {len(chosen)} of {len(runs)} finished runs under {root}{drawn} "
+          f"into {out_root}, {parallel} at a time"
+          + (f" ({len(unfinished)} unfinished runs skipped)" if unfinished else ""), flush=True)
+    flags = [*(["--reuse"] if reuse else []), *(["--strict"] if strict else [])]
+    rows: dict[Path, dict] = {}
+
+    def work(run: Path) -> None:
+        rel = run.relative_to(root)
+        rows[run] = r = _one(run, outs[run], out_root / f"{rel}.log", flags)
+        print(f"[{len(rows)}/{len(chosen)}] {rel}: {r.get('verdict')} "
+              f"({r['seconds'] / 60:.1f} min)", flush=True)
+
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(work, chosen))
+    print(table([(str(run.relative_to(root)), rows[run]) for run in chosen]))
+    passed = sum(rows[run].get("verdict") in PASS for run in chosen)
+    print(f"{passed}/{len(chosen)} runs reproduced (IDENTICAL or WITHIN TOLERANCE); logs in "
+          f"{out_root}/<run>.log")
+    return 0 if passed == len(chosen) else 1
+
+
+def reproduce_path(target: Path, out: str | Path | None = None, sample: int | None = None,
+                   seed: int | None = None, parallel: int | None = None, reuse: bool = False,
+                   strict: bool = False) -> int:
+    """The ``reproduce`` command: one run directory (it holds config.yaml), or every run of a
+    results directory."""
+    from trainer.results.reproduce import reproduce
+
+    if (target / "config.yaml").is_file() or not target.is_dir():
+        if (sample, seed, parallel) != (None, None, None):
+            raise ConfigError(f"--sample, --seed and --parallel apply to a results directory; "
+                              f"{target} is a single run")
+        return reproduce(target, out, reuse=reuse, strict=strict)
+    return reproduce_all(target, out, sample, seed, 1 if parallel is None else parallel, reuse,
+                         strict)
