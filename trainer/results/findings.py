@@ -296,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     root = Path(argv[0] if argv else "results/reference")
     ref = Reference(root)
+    from trainer.results.claim_figures import write_claim_figures
+
+    write_claim_figures(ref)
     text = render(ref, measure(ref))
     write_atomic(root.parent / "README.md", text)
     print(text)
