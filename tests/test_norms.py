@@ -238,3 +238,41 @@ def test_sync_batch_under_mirrored_strategy_equals_global_masked_bn():
     assert r["keras_sync_masked_vs_global_masked"] > 1e-2
     assert r["keras_sync_masked_vs_halves_masked"] < 1e-5
     assert r["keras_sync_unmasked_vs_global_naive"] < 1e-5
+
+
+def test_layer_norm_worked_example_doctest():
+    """The hand-checkable LN numbers in LayerNorm's docstring (F13) are what the layer computes."""
+    import doctest
+
+    import trainer.models.norms as norms
+
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    tests = [t for t in finder.find(norms.LayerNorm, "LayerNorm", globs=vars(norms)) if t.examples]
+    assert tests, "LayerNorm lost its worked example"
+    for t in tests:
+        runner.run(t)
+    assert runner.summarize(verbose=False).failed == 0
+
+
+@pytest.mark.parametrize("norm", ["layer", "rms", "dyt", "batch"])
+def test_per_token_jacobian_is_zero_across_tokens_for_token_norms(norm):
+    """d output[b, t] / d input[b', t'] over a (B, T, C) input: for per-token norms every block
+    with (b', t') != (b, t) is exactly zero (F13); BatchNorm in training mode couples tokens."""
+
+    keras.utils.set_random_seed(0)
+    layer = make_norm(norm)
+    x = tf.constant(np.random.default_rng(0).normal(size=(2, 3, 5)), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x, padding_mask=tf.ones((2, 3)), training=True)
+    jac = tape.jacobian(y, x).numpy()  # (2, 3, 5, 2, 3, 5)
+    cross = jac.copy()
+    for b in range(2):
+        for t in range(3):
+            cross[b, t, :, b, t, :] = 0.0
+    if norm == "batch":
+        assert np.abs(cross).max() > 1e-3
+    else:
+        assert np.abs(cross).max() == 0.0
+        assert np.abs(jac).max() > 0.1  # the within-token block is not trivially zero
