@@ -4,4 +4,5 @@ answer one question each and write a CSV (+ PNG) into a results directory.
 ``python -m trainer analyze KIND ...``; KIND is a key of ``ANALYSES``.
 """
 
-ANALYSES = {"grad-profile": "trainer.analysis.grad_profile"}
+ANALYSES = {"grad-profile": "trainer.analysis.grad_profile",
+            "batch-size": "trainer.analysis.batch_size"}

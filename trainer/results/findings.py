@@ -25,7 +25,7 @@ from pathlib import Path
 from trainer.atomic import write_atomic
 from trainer.results import baselines as bl
 from trainer.results.metrics import above, beyond, finite, interval
-from trainer.results.runs import Reference
+from trainer.results.runs import MIN_SEEDS, Reference
 
 # ---- thresholds (fixed before the reference runs were made; never loosened after) ----------
 # Per-token norms: float32 reassociation noise on logits of size ~10 is ~1e-6; 1e-4 leaves 100x.
@@ -52,6 +52,11 @@ WARMUP_MARGIN = 0.1
 PROFILE_GROWTH = 1.5
 # The scale is right when healthy Pre-LN ends this far below the bigram baseline (issue #11).
 HEALTHY_BELOW_BIGRAM = 0.3
+# F7: "does not change with batch size": float32 reassociation across batch shapes moves a
+# mean loss of ~2 nats by ~1e-6; 1e-4 leaves 100x headroom.
+FLAT_MAX = 1e-4
+# F7: BN in training mode at one sequence per batch must cost at least 0.1 nats more than at 64.
+SMALL_BATCH_GAP = 0.1
 
 BASE = dict(residual="true", placement="pre")
 TOKEN_NORMS = ("layer", "rms", "dyt", "none")
@@ -279,7 +284,56 @@ def f6(ref: Reference) -> Finding:
     return f
 
 
-CLAIMS = (scale, f1, f2, f3, f4, f5, f6)
+def f7(ref: Reference) -> Finding:
+    f = Finding("F7", "BN's output depends on the batch size in training mode and not with its "
+                "running statistics; LN's depends on neither",
+                "mean eval loss of the same 64 full-length validation sequences evaluated B at a "
+                "time, B = 1 … 64, training and inference mode, final checkpoints of the grid's "
+                "Pre-LN runs (`analyze batch-size`)",
+                f"LN moving by > {FLAT_MAX:g} across B in either mode, BN in inference mode "
+                f"moving by > {FLAT_MAX:g}, or BN in training mode at B = 1 not worse than at "
+                f"B = 64 by {SMALL_BATCH_GAP} nats", plot="analysis/batch_size.png")
+    rows = ref.analysis(f, "analysis/batch_size.csv")
+    if f.missing:
+        return f
+
+    def spread(norm: str, mode: str) -> dict:
+        out = {}
+        for seed in sorted({r["seed"] for r in rows if r["norm"] == norm}):
+            xs = [float(r["loss"]) for r in rows if r["norm"] == norm and r["seed"] == seed
+                  and r["mode"] == mode and r["batch_size"] != "1x1"]
+            out[seed] = max(xs) - min(xs) if xs else None
+        return out
+
+    def small_gap(norm: str) -> dict:
+        out = {}
+        for seed in sorted({r["seed"] for r in rows if r["norm"] == norm}):
+            at = {r["batch_size"]: float(r["loss"]) for r in rows if r["norm"] == norm
+                  and r["seed"] == seed and r["mode"] == "train"}
+            sizes = sorted(int(b) for b in at if b != "1x1")
+            out[seed] = at[str(sizes[0])] - at[str(sizes[-1])] if sizes else None
+        return out
+
+    norms = sorted({r["norm"] for r in rows})
+    for norm in ("layer", "batch"):
+        if norm not in norms or len({r["seed"] for r in rows if r["norm"] == norm}) < MIN_SEEDS:
+            f.missing.append(f"analysis/batch_size.csv: {norm} on {MIN_SEEDS} seeds")
+    if f.missing:
+        return f
+    for norm in norms:
+        for mode in ("train", "inference"):
+            f.lines.append(_line(f"{norm}, {mode} mode, max − min over B", spread(norm, mode)))
+        f.lines.append(_line(f"{norm}, training mode, loss(B=1) − loss(B=64)", small_gap(norm)))
+    f.parts.append(("LN flat in both modes", all(beyond(spread("layer", m), FLAT_MAX, "below")
+                                                for m in ("train", "inference"))))
+    f.parts.append(("BN worse at small batches in training mode",
+                    beyond(small_gap("batch"), SMALL_BATCH_GAP, "above")))
+    f.parts.append(("BN flat with running statistics", beyond(spread("batch", "inference"),
+                                                              FLAT_MAX, "below")))
+    return f
+
+
+CLAIMS = (scale, f1, f2, f3, f4, f5, f6, f7)
 
 
 def measure(ref: Reference) -> list[Finding]:

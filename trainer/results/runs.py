@@ -78,6 +78,18 @@ class Reference:
                     int(row["seed"])] = float(row["last_over_first"])
         return out
 
+    def analysis(self, finding, relpath: str) -> list[dict]:
+        """Rows of an analysis CSV under the reference root (``analyze … --out``)."""
+        path = self.root / relpath
+        if not path.is_file():
+            finding.missing.append(relpath)
+            return []
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        for row in rows:
+            row["seed"] = int(row["seed"])
+        return rows
+
     def git_shas(self) -> list[str]:
         shas = set()
         for run in self.runs:

@@ -1,0 +1,76 @@
+"""Analyses over real (tiny) trained runs and fresh models: the batch-size sweep of F7 and the
+gradient profile at init of F6."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY
+from trainer.config import load_config
+from trainer.train.loop import run_training
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("analysis")
+    out = {}
+    for norm in ("layer", "batch"):
+        cfg = load_config("configs/base.yaml", [*TINY, f"model.norm={norm}", "runtime.xla=false"])
+        run_training(cfg, root / norm, argv=["test"], progress=False)
+        out[norm] = root / norm
+    return out
+
+
+def test_batch_size_analysis_separates_layer_from_batch_norm(runs, tmp_path):
+    from trainer.analysis.batch_size import run
+
+    rows = run([runs["layer"], runs["batch"]], tmp_path, n=8, sizes=(1, 2, 8))
+    loss = {(r["norm"], r["mode"], r["batch_size"]): r["loss"] for r in rows}
+    for mode in ("train", "inference"):  # LN: the batch never matters
+        assert max(abs(loss[("layer", mode, b)] - loss[("layer", mode, 8)]) for b in (1, 2)) < 1e-5
+    assert max(abs(loss[("batch", "inference", b)] - loss[("batch", "inference", 8)])
+               for b in (1, 2)) < 1e-5
+    assert abs(loss[("batch", "train", 1)] - loss[("batch", "train", 8)]) > 1e-4  # >> 1e-5
+    with open(tmp_path / "batch_size.csv") as fh:
+        assert len(list(csv.DictReader(fh))) == len(rows) == 2 * 2 * 4
+    assert (tmp_path / "batch_size.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bn_output_for_a_single_token_batch_is_beta():
+    """B = 1, T = 1 in training mode: the token is its own batch mean, so BN returns beta."""
+    import numpy as np
+
+    from trainer.models.norms import make_norm
+
+    layer = make_norm("batch")
+    x = np.random.default_rng(0).normal(size=(1, 1, 6)).astype("float32")
+    layer.build(x.shape)
+    layer.inner.beta.assign(np.arange(6, dtype="float32"))
+    out = np.asarray(layer(x, padding_mask=np.ones((1, 1), "float32"), training=True))
+    np.testing.assert_allclose(out[0, 0], np.arange(6), atol=1e-6)
+
+
+def test_analyze_cli_errors_are_one_line(tmp_path):
+    for args in (["nope"], ["batch-size", str(tmp_path), "--out", str(tmp_path / "o")]):
+        proc = subprocess.run([sys.executable, "-m", "trainer", "analyze", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert proc.stderr.strip().startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_grad_profile_writes_one_row_per_init_placement_seed(tmp_path):
+    from trainer.analysis.grad_profile import run
+
+    rows = run("configs/base.yaml", TINY, tmp_path, seeds=[0, 1], inits=["normal", "xavier"],
+               batches=1)
+    assert [(r["init"], r["placement"], r["seed"]) for r in rows] == [
+        (i, p, s) for i in ("normal", "xavier") for p in ("pre", "post") for s in (0, 1)]
+    assert all(r["last_over_first"] > 0 for r in rows)
+    assert (tmp_path / "grad_profile.png").is_file() and (tmp_path / "grad_profile.csv").is_file()
