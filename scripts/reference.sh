@@ -5,7 +5,9 @@
 # soon as it finishes. Run from a clean checkout: the runs record the commit they came from.
 #
 # Usage: scripts/reference.sh [PART ...] [--parallel N]     (default: every part, --parallel 2)
-#   PART: grid_a grid_b grid_c grid_d lr calibration init findings
+#   PART: grid_a grid_b grid_c grid_d lr calibration init analysis findings
+#   (analysis reads the grid's final checkpoints, which are not committed: run it on the machine
+#   that made grid_a, or rerun grid_a's runs first)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_python.sh"
 parts=() args=()
@@ -16,7 +18,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ ${#args[@]} -eq 0 ]] && args=(--parallel 2)
-[[ ${#parts[@]} -eq 0 ]] && parts=(grid_a grid_b grid_c grid_d lr calibration init findings)
+[[ ${#parts[@]} -eq 0 ]] && parts=(grid_a grid_b grid_c grid_d lr calibration init analysis findings)
 out=results/reference
 for part in "${parts[@]}"; do
   echo "== reference part: $part ($(date +%H:%M:%S))"
@@ -29,6 +31,9 @@ for part in "${parts[@]}"; do
       "$PYTHON" -m trainer sweep --config configs/sweeps/calibration.yaml --out "$out/calibration" "${args[@]}" ;;
     init)
       "$PYTHON" -m trainer analyze grad-profile --config configs/reference.yaml --out "$out/init" ;;
+    analysis)
+      "$PYTHON" -m trainer analyze batch-size "$out"/grid/norm={layer,batch,masked_batch},residual=true,placement=pre{,\,seed=1,\,seed=2} \
+        --out "$out/analysis" ;;
     findings)
       "$PYTHON" -m trainer findings "$out" > /dev/null && echo "wrote results/README.md" ;;
     *) echo "error: unknown part '$part'" >&2; exit 2 ;;
