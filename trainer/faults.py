@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 
 # Exit codes (sysexits.h), documented in the README under "When things go wrong".
 EXIT_BUSY = 73  # the run directory is locked by another live process ("running elsewhere")
@@ -24,10 +25,15 @@ class Stopped(Exception):
 
 
 def _reason(exc: BaseException) -> str:
+    """The cause in a few words: "No space left on device", not TensorFlow's whole message."""
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
-    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    return message.strip().splitlines()[0] if message.strip() else type(exc).__name__
+    message = (getattr(exc, "message", None) or str(exc)).strip()
+    if not message:
+        return type(exc).__name__
+    # TF I/O errors read "<temp file path>; <reason> [Op:SaveV2]": keep the reason.
+    message = re.sub(r"\s*\[Op:\w+\]$", "", message.splitlines()[0])
+    return message.rsplit("; ", 1)[-1]
 
 
 @contextlib.contextmanager
@@ -39,4 +45,4 @@ def writing(what: str, path: str | os.PathLike):
     try:
         yield
     except (OSError, tf.errors.OpError) as e:
-        raise RunIOError(f"cannot write {what} {path}: {_reason(e)}") from e
+        raise RunIOError(f"cannot write {what} ({path}): {_reason(e)}") from e

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import tensorflow as tf
@@ -54,22 +55,32 @@ def restore(ckpt: tf.train.Checkpoint, run_dir: Path) -> tuple[tf.train.Checkpoi
         try:
             ckpt.restore(str(prefix)).assert_existing_objects_matched()
         except _UNREADABLE as e:
-            failures.append(f"ckpt-{n}: {_reason(e)}")
-            print(f"checkpoint {prefix}.* is unreadable ({_reason(e)}); trying an older one",
-                  file=sys.stderr, flush=True)
+            failures.append((n, _reason(e)))
             continue
         restored = n
         break
     if found and restored is None:
-        raise RunDirError(f"no readable checkpoint in {directory} ({'; '.join(failures)}); "
-                          f"nothing was deleted")
+        why = "; ".join(f"ckpt-{n}: {reason}" for n, reason in failures)
+        raise RunDirError(f"no readable checkpoint in {directory} ({why}); nothing was deleted")
+    for n, reason in failures:
+        # Out of the way (a later save may not reuse its number) but kept for inspection.
+        aside = directory / "unreadable"
+        aside.mkdir(exist_ok=True)
+        for f in directory.glob(f"ckpt-{n}.*"):
+            f.replace(aside / f.name)
+        print(f"checkpoint {directory / f'ckpt-{n}'}.* is unreadable ({reason}); resuming from "
+              f"ckpt-{restored} (the unreadable files are in {aside})", file=sys.stderr, flush=True)
     if restored is not None:
         # The manager keeps what the state file lists: list only what is at or before the
         # restored step, so an unreadable newer one never pushes a good one out.
+        # Timestamps after the "last preserved" one, or the manager would never delete them.
         kept = sorted(n for n in found if n <= restored)[-KEEP:]
-        tf.train.update_checkpoint_state(
+        now = time.time()
+        tf.compat.v1.train.update_checkpoint_state(  # no TF2 alias; still maintained
             str(directory), str(directory / f"ckpt-{restored}"),
-            all_model_checkpoint_paths=[str(directory / f"ckpt-{n}") for n in kept])
+            all_model_checkpoint_paths=[str(directory / f"ckpt-{n}") for n in kept],
+            all_model_checkpoint_timestamps=[now - len(kept) + i for i in range(len(kept))],
+            last_preserved_timestamp=now - len(kept) - 1)
     manager = tf.train.CheckpointManager(ckpt, str(directory), max_to_keep=KEEP)
     if restored is None:
         return manager, 0, {}
