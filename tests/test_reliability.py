@@ -275,3 +275,92 @@ def test_malformed_sweep_spec(tmp_path, text, fragment):
     line = _one_error_line(_cli("sweep", "--config", str(spec), "--out", str(tmp_path / "out")))
     assert fragment in line
     assert not (tmp_path / "out").exists()
+
+
+def _spec(tmp_path: Path, norms: str) -> Path:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"base: {ROOT / 'configs/base.yaml'}\noverrides: {TINY}\n"
+                    f"grid:\n  model.norm: [{norms}]\n")
+    return spec
+
+
+def _trained_once(run: Path, steps: int) -> bool:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run / "train"), size_guidance={"tensors": 0})
+    acc.Reload()
+    return [e.step for e in acc.Tensors("loss")] == list(range(steps))
+
+
+def test_sweep_waits_for_a_variant_running_elsewhere_and_runs_what_it_left(tmp_path):
+    spec, out = _spec(tmp_path, "layer"), tmp_path / "out"
+    run = out / "norm=layer"
+    run.mkdir(parents=True)
+    with open(run / ".lock", "a+") as held:  # another live process writing this variant
+        fcntl.flock(held, fcntl.LOCK_EX)
+        line = _one_error_line(_cli("train", "--workdir", str(run), *TINY), EXIT_BUSY)
+        assert "another process" in line
+        proc = _cli("sweep", "--config", str(spec), "--out", str(out), "--no-wait")
+        assert proc.returncode == EXIT_STOPPED, proc.stderr
+        assert "1 variant(s) left running elsewhere (norm=layer)" in proc.stderr
+        assert not (out / "summary.md").exists()  # tables only once every variant has ended
+
+        log = tmp_path / "sweep.log"
+        with open(log, "w") as f:
+            sweep = subprocess.Popen([sys.executable, "-m", "trainer", "sweep", "--config",
+                                      str(spec), "--out", str(out)], cwd=ROOT, stdout=f, stderr=f)
+        deadline = time.time() + 240
+        while "waiting for 1 variant(s) running elsewhere: norm=layer" not in log.read_text():
+            assert sweep.poll() is None and time.time() < deadline, log.read_text()
+            time.sleep(0.1)
+    # The other process let go without finishing: the waiting sweep runs the variant itself.
+    assert sweep.wait(timeout=300) == 0, log.read_text()
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    assert "norm=layer" in (out / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_two_sweeps_sharing_a_results_dir_both_succeed(tmp_path):
+    spec, out = _spec(tmp_path, "layer, dyt, rms"), tmp_path / "out"
+    cmd = [sys.executable, "-m", "trainer", "sweep", "--config", str(spec), "--out", str(out)]
+    first = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    deadline = time.time() + 240
+    while not (out / "norm=layer" / "config.yaml").exists():  # its first variant is running
+        assert first.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out1, err1 = first.communicate(timeout=600)
+    assert first.returncode == 0, err1[-3000:]
+    assert second.returncode == 0, second.stderr[-3000:]
+    runs = ["norm=dyt", "norm=layer", "norm=rms"]
+    assert sorted(p.parent.name for p in out.glob("*/summary.json")) == runs
+    for r in runs:
+        assert json.loads((out / r / "summary.json").read_text())["status"] == "completed"
+        assert _trained_once(out / r, 6), r  # each step trained and logged once, by one process
+    for stdout in (out1, second.stdout):  # both print the full table
+        assert all(r in stdout for r in runs)
+
+
+@pytest.mark.slow
+def test_submitit_requeues_a_preempted_job_which_resumes_identically(tmp_path, clean_run):
+    from submitit.local.local import LocalJobEnvironment
+
+    from trainer.launch import job_codes, submit_jobs
+
+    run = tmp_path / "run"
+    [job] = submit_jobs([_train_cmd(run)], tmp_path, "local", {})
+    deadline = time.time() + 240
+    while not (run / "checkpoints" / "ckpt-4.index").exists():
+        assert not job.done() and time.time() < deadline, "job ended before the pre-emption"
+        time.sleep(0.05)
+    # Pre-empt as SLURM does: submitit's signal (USR2) to the job's process, a child of the
+    # local launcher's controller.
+    controller = job._process.pid
+    [task] = Path(f"/proc/{controller}/task/{controller}/children").read_text().split()
+    os.kill(int(task), LocalJobEnvironment._usr_sig())
+    assert job_codes([job]) == [0]
+    # Two training processes wrote curves (submitit truncates the job's log on requeue, so
+    # the event files are the witness): the first stopped at its checkpoint, the second resumed.
+    assert len(list((run / "train").glob("events.out.tfevents.*"))) == 2
+    _assert_same_run(run, clean_run, 20)
