@@ -1,9 +1,15 @@
-"""Reliability: exact resume after SIGKILL, divergence as a result, bad input as one clear line."""
+"""Reliability: exact resume after SIGKILL or SIGTERM, corrupt checkpoints, full disks, sweeps
+sharing a directory, divergence as a result, bad input as one clear line.
+
+The faults are real: signals to real processes, truncated files, a small tmpfs, real locks.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +20,7 @@ import pytest
 
 from tests.conftest import TINY
 from trainer.config import load_config
+from trainer.faults import EXIT_BUSY, EXIT_IO, EXIT_STOPPED
 from trainer.results.events import read_scalars
 from trainer.sweep import expand_variants, load_spec
 from trainer.train.loop import run_training
@@ -27,10 +34,63 @@ def _cli(*args, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def _one_error_line(proc) -> str:
+def _one_error_line(proc, code: int = 2) -> str:
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    assert proc.returncode == code and len(lines) == 1 and lines[0].startswith("error:"), \
+        (proc.returncode, proc.stderr)
     return lines[0]
+
+
+def _assert_same_run(a: Path, b: Path, steps: int) -> None:
+    """Same summary and every curve (but wall-clock) as the other run; each step logged once."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
+    for key in ("status", "steps", "final_eval_loss", "best_eval_loss", "max_grad_norm", "probes",
+                "last_finite"):
+        assert sa[key] == sb[key], key
+    for group in ("train", "eval"):
+        ka, kb = read_scalars(a / group), read_scalars(b / group)
+        assert ka.keys() == kb.keys()
+        for tag in ka:
+            if tag != "tokens_per_sec":  # wall-clock, not a result
+                assert ka[tag] == kb[tag], (group, tag)
+    # no duplicated steps in the raw event records either (TensorBoard shows each step once)
+    acc = EventAccumulator(str(a / "train"), size_guidance={"tensors": 0})
+    acc.Reload()
+    logged = [e.step for e in acc.Tensors("loss")]
+    assert logged == sorted(set(logged)) == list(range(steps))
+
+
+# The fault tests share one uninterrupted run to compare with.
+FAULT = [*TINY, "train.steps=20", "train.checkpoint_every=4", "train.eval_every=5"]
+
+
+def _train_cmd(workdir: Path) -> list[str]:
+    return [sys.executable, "-m", "trainer", "train", "--quiet", "--workdir", str(workdir), *FAULT]
+
+
+def _signal_when(workdir: Path, marker: str, sig=signal.SIGTERM) -> tuple[int, str]:
+    """Start a run, send ``sig`` once ``workdir/marker`` exists; returns (exit code, stderr)."""
+    proc = subprocess.Popen(_train_cmd(workdir), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not (workdir / marker).exists():
+        assert proc.poll() is None and time.time() < deadline, "run ended before the signal"
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    return proc.wait(timeout=240), proc.stderr.read()
+
+
+def _ckpt_numbers(run: Path) -> list[int]:
+    return sorted(int(p.stem.split("-")[1]) for p in (run / "checkpoints").glob("ckpt-*.index"))
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("clean") / "run"
+    assert subprocess.run(_train_cmd(run), cwd=ROOT, capture_output=True).returncode == 0
+    return run
 
 
 @pytest.mark.slow
@@ -49,22 +109,81 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
 
     assert subprocess.run(cmd, cwd=ROOT, capture_output=True).returncode == 0
     assert _cli("train", "--quiet", "--workdir", str(clean), *overrides).returncode == 0
-    a, b = (json.loads((d / "summary.json").read_text()) for d in (killed, clean))
-    for key in ("status", "steps", "final_eval_loss", "best_eval_loss", "max_grad_norm", "probes"):
-        assert a[key] == b[key], key
-    for group in ("train", "eval"):
-        ka, kb = read_scalars(killed / group), read_scalars(clean / group)
-        assert ka.keys() == kb.keys()
-        for tag in ka:
-            if tag != "tokens_per_sec":  # wall-clock, not a result
-                assert ka[tag] == kb[tag], (group, tag)
-    # no duplicated steps in the raw event records either (TensorBoard shows each step once)
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    _assert_same_run(killed, clean, 30)
 
-    acc = EventAccumulator(str(killed / "train"), size_guidance={"tensors": 0})
-    acc.Reload()
-    steps = [e.step for e in acc.Tensors("loss")]
-    assert steps == sorted(set(steps)) == list(range(30))
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_preempted_run_checkpoints_at_that_step_and_resumes_identically(tmp_path, clean_run, sig):
+    run = tmp_path / "run"
+    rc, err = _signal_when(run, "checkpoints/ckpt-4.index", sig)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == EXIT_STOPPED and len(lines) == 1, (rc, err)
+    step = int(lines[0].split("stopped at step ")[1].split(";")[0])
+    assert lines[0] == f"stopped at step {step}; rerun the same command to resume"
+    assert 4 <= step < 20 and _ckpt_numbers(run)[-1] == step  # checkpointed where it stopped
+    assert json.loads((run / "progress.json").read_text())["step"] == step
+    assert not (run / "summary.json").exists()
+    assert subprocess.run(_train_cmd(run), cwd=ROOT, capture_output=True).returncode == 0
+    _assert_same_run(run, clean_run, 20)
+
+
+def test_unreadable_newest_checkpoint_falls_back_to_the_older_one(tmp_path, clean_run):
+    run = tmp_path / "run"
+    assert _signal_when(run, "checkpoints/ckpt-8.index")[0] == EXIT_STOPPED
+    older, newest = _ckpt_numbers(run)
+    ckpts = run / "checkpoints"
+    # The same state with every checkpoint damaged: refused, nothing deleted.
+    broken = tmp_path / "broken"
+    shutil.copytree(run, broken)
+    for data in (broken / "checkpoints").glob("ckpt-*.data-*"):
+        os.truncate(data, data.stat().st_size // 2)
+    before = {p: p.read_bytes() for p in broken.rglob("*") if p.is_file()}
+    line = _one_error_line(subprocess.run(_train_cmd(broken), cwd=ROOT, capture_output=True,
+                                          text=True))
+    assert "no readable checkpoint" in line and f"ckpt-{newest}" in line and f"ckpt-{older}" in line
+    assert {p: p.read_bytes() for p in broken.rglob("*") if p.is_file()} == before
+
+    data = next(ckpts.glob(f"ckpt-{newest}.data-*"))
+    os.truncate(data, data.stat().st_size // 2)  # what a disk error or a cut copy leaves
+    (ckpts / f"ckpt-{newest + 1}_temp").mkdir()  # what a save cut short leaves
+    proc = subprocess.run(_train_cmd(run), cwd=ROOT, capture_output=True, text=True)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 0 and len(lines) == 1, proc.stderr
+    assert f"ckpt-{newest}.* is unreadable" in lines[0] and f"from ckpt-{older}" in lines[0]
+    assert not list(ckpts.glob("*_temp*"))
+    assert (ckpts / "unreadable" / data.name).exists()  # kept for inspection, out of the way
+    _assert_same_run(run, clean_run, 20)  # curves past the older checkpoint were redone once
+
+
+def test_disk_full_during_a_checkpoint_then_resume_after_freeing_space(tmp_path, clean_run):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("needs `mount -t tmpfs` (root) for a real full disk")
+    try:
+        run = disk / "run"
+        assert _signal_when(run, "checkpoints/ckpt-4.index")[0] == EXIT_STOPPED
+        ckpts = run / "checkpoints"
+        last = {p.name: p.read_bytes() for p in ckpts.glob("ckpt-*") if p.is_file()}
+        # Leave room for curves and small JSON, not for a checkpoint (~0.5 MB here).
+        st = os.statvfs(disk)
+        filler = disk / "filler"
+        filler.write_bytes(b"\0" * (st.f_bavail * st.f_frsize - 256 * 1024))
+        line = _one_error_line(subprocess.run(_train_cmd(run), cwd=ROOT, capture_output=True,
+                                              text=True), EXIT_IO)
+        assert line.startswith(f"error: cannot write checkpoint ({ckpts / 'ckpt-'}")
+        assert line.endswith("No space left on device"), line
+        for name, data in last.items():  # the last complete checkpoints are intact
+            assert (ckpts / name).read_bytes() == data, name
+
+        filler.unlink()
+        proc = subprocess.run(_train_cmd(run), cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert not list(ckpts.glob("*_temp*"))
+        _assert_same_run(run, clean_run, 20)
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
 
 
 def test_forced_divergence_is_a_result(tmp_path):
@@ -156,3 +275,92 @@ def test_malformed_sweep_spec(tmp_path, text, fragment):
     line = _one_error_line(_cli("sweep", "--config", str(spec), "--out", str(tmp_path / "out")))
     assert fragment in line
     assert not (tmp_path / "out").exists()
+
+
+def _spec(tmp_path: Path, norms: str) -> Path:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"base: {ROOT / 'configs/base.yaml'}\noverrides: {TINY}\n"
+                    f"grid:\n  model.norm: [{norms}]\n")
+    return spec
+
+
+def _trained_once(run: Path, steps: int) -> bool:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run / "train"), size_guidance={"tensors": 0})
+    acc.Reload()
+    return [e.step for e in acc.Tensors("loss")] == list(range(steps))
+
+
+def test_sweep_waits_for_a_variant_running_elsewhere_and_runs_what_it_left(tmp_path):
+    spec, out = _spec(tmp_path, "layer"), tmp_path / "out"
+    run = out / "norm=layer"
+    run.mkdir(parents=True)
+    with open(run / ".lock", "a+") as held:  # another live process writing this variant
+        fcntl.flock(held, fcntl.LOCK_EX)
+        line = _one_error_line(_cli("train", "--workdir", str(run), *TINY), EXIT_BUSY)
+        assert "another process" in line
+        proc = _cli("sweep", "--config", str(spec), "--out", str(out), "--no-wait")
+        assert proc.returncode == EXIT_STOPPED, proc.stderr
+        assert "1 variant(s) left running elsewhere (norm=layer)" in proc.stderr
+        assert not (out / "summary.md").exists()  # tables only once every variant has ended
+
+        log = tmp_path / "sweep.log"
+        with open(log, "w") as f:
+            sweep = subprocess.Popen([sys.executable, "-m", "trainer", "sweep", "--config",
+                                      str(spec), "--out", str(out)], cwd=ROOT, stdout=f, stderr=f)
+        deadline = time.time() + 240
+        while "waiting for 1 variant(s) running elsewhere: norm=layer" not in log.read_text():
+            assert sweep.poll() is None and time.time() < deadline, log.read_text()
+            time.sleep(0.1)
+    # The other process let go without finishing: the waiting sweep runs the variant itself.
+    assert sweep.wait(timeout=300) == 0, log.read_text()
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    assert "norm=layer" in (out / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_two_sweeps_sharing_a_results_dir_both_succeed(tmp_path):
+    spec, out = _spec(tmp_path, "layer, dyt, rms"), tmp_path / "out"
+    cmd = [sys.executable, "-m", "trainer", "sweep", "--config", str(spec), "--out", str(out)]
+    first = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    deadline = time.time() + 240
+    while not (out / "norm=layer" / "config.yaml").exists():  # its first variant is running
+        assert first.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out1, err1 = first.communicate(timeout=600)
+    assert first.returncode == 0, err1[-3000:]
+    assert second.returncode == 0, second.stderr[-3000:]
+    runs = ["norm=dyt", "norm=layer", "norm=rms"]
+    assert sorted(p.parent.name for p in out.glob("*/summary.json")) == runs
+    for r in runs:
+        assert json.loads((out / r / "summary.json").read_text())["status"] == "completed"
+        assert _trained_once(out / r, 6), r  # each step trained and logged once, by one process
+    for stdout in (out1, second.stdout):  # both print the full table
+        assert all(r in stdout for r in runs)
+
+
+@pytest.mark.slow
+def test_submitit_requeues_a_preempted_job_which_resumes_identically(tmp_path, clean_run):
+    from submitit.local.local import LocalJobEnvironment
+
+    from trainer.launch import job_codes, submit_jobs
+
+    run = tmp_path / "run"
+    [job] = submit_jobs([_train_cmd(run)], tmp_path, "local", {})
+    deadline = time.time() + 240
+    while not (run / "checkpoints" / "ckpt-4.index").exists():
+        assert not job.done() and time.time() < deadline, "job ended before the pre-emption"
+        time.sleep(0.05)
+    # Pre-empt as SLURM does: submitit's signal (USR2) to the job's process, a child of the
+    # local launcher's controller.
+    controller = job._process.pid
+    [task] = Path(f"/proc/{controller}/task/{controller}/children").read_text().split()
+    os.kill(int(task), LocalJobEnvironment._usr_sig())
+    assert job_codes([job]) == [0]
+    # Two training processes wrote curves (submitit truncates the job's log on requeue, so
+    # the event files are the witness): the first stopped at its checkpoint, the second resumed.
+    assert len(list((run / "train").glob("events.out.tfevents.*"))) == 2
+    _assert_same_run(run, clean_run, 20)

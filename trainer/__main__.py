@@ -8,6 +8,7 @@ from pathlib import Path
 
 from trainer import import_tensorflow_quietly
 from trainer.config import ConfigError
+from trainer.faults import EXIT_BUSY, EXIT_IO, EXIT_STOPPED, RunIOError, Stopped
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,6 +28,10 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--parallel", type=int, default=1, help="variants run at once (local)")
     sweep.add_argument("--launcher", choices=("local", "submitit", "submitit-local"),
                        default="local", help="local processes, or submitit jobs (SLURM)")
+    sweep.add_argument("--no-wait", action="store_true",
+                       help="leave variants another process is running to it (no table yet)")
+    sweep.add_argument("--wait-limit", type=float, default=24 * 3600, metavar="SECONDS",
+                       help="longest wait for variants running elsewhere (default: 24 h)")
     sweep.add_argument("overrides", nargs="*", help="dotted overrides applied to every variant")
 
     summ = sub.add_parser("summarize", help="tables and plots from a results directory")
@@ -63,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import_tensorflow_quietly()
     from trainer.data.sources import DataError
+    from trainer.train.rundir import RunBusyError
     try:
         if args.command == "train":
             from trainer.config import load_config
@@ -77,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "sweep":
             from trainer.sweep import run_sweep
 
-            root = run_sweep(args.config, args.out, args.parallel, args.overrides, args.launcher)
+            root = run_sweep(args.config, args.out, args.parallel, args.overrides, args.launcher,
+                             wait=not args.no_wait, wait_limit_s=args.wait_limit)
             print((root / "summary.md").read_text())
         elif args.command == "summarize":
             from trainer.results.summarize import summarize
@@ -110,6 +117,15 @@ def main(argv: list[str] | None = None) -> int:
             from trainer.bench import bench
 
             bench(args.config, args.overrides, Path(args.out), args.steps)
+    except Stopped as e:  # pre-empted after a checkpoint (a sweep: some variants were)
+        print(e, file=sys.stderr)
+        return EXIT_STOPPED
+    except RunBusyError as e:  # a sweep counts this variant as running elsewhere
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BUSY
+    except RunIOError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_IO
     except (ConfigError, DataError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -10,9 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -20,7 +18,6 @@ from typing import Any, Optional
 import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from tqdm.auto import tqdm
 
 from trainer.config import ConfigError, load_config, network_key
 
@@ -126,44 +123,19 @@ def dedupe(variants: list[Variant], configs: list) -> tuple[list[Variant], list,
     return kept, kept_cfgs, notes
 
 
-def _run_local(commands: list[list[str]], parallel: int, desc: str) -> list[int]:
-    """N local processes at a time; returns the exit codes in order."""
-    with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
-        runs = pool.map(lambda cmd: subprocess.run(cmd).returncode, commands)
-        return list(tqdm(runs, total=len(commands), desc=desc, unit="run", disable=parallel == 1))
-
-
-def _run_submitit(commands: list[list[str]], root: Path, cluster: str | None,
-                  params: dict) -> list[int]:
-    """One submitit job per variant: SLURM when available (cluster=None), else local processes.
-
-    ``params`` go to ``AutoExecutor.update_parameters`` (e.g. timeout_min, slurm_partition,
-    gpus_per_node); they come from the sweep spec's ``launcher_params``.
-    """
-    import submitit
-
-    executor = submitit.AutoExecutor(folder=root / ".submitit", cluster=cluster)
-    executor.update_parameters(**{"timeout_min": 24 * 60, **params})
-    jobs = [executor.submit(submitit.helpers.CommandFunction(cmd, verbose=False))
-            for cmd in commands]
-    codes = []
-    for job in jobs:
-        try:
-            job.result()
-            codes.append(0)
-        except Exception:  # submitit re-raises the job's failure here; the run dir tells why
-            codes.append(1)
-    return codes
-
-
 def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
-              extra: list[str] = (), launcher: str = "local") -> Path:
+              extra: list[str] = (), launcher: str = "local", wait: bool = True,
+              wait_limit_s: float = 24 * 3600) -> Path:
     """Run every variant of the sweep into ``out_dir`` and write its summary table.
 
     ``launcher``: local (``parallel`` processes here), submitit (SLURM when the cluster has
     it, one job per variant), or submitit-local (the same jobs as local processes).
+    Variants another live process is writing are waited for (up to ``wait_limit_s``), or
+    left to it when ``wait`` is false; the table is written once every variant has ended.
     """
+    from trainer import launch as lc
     from trainer.data import prepare
+    from trainer.faults import Stopped, writing
     from trainer.results.summarize import summarize
     from trainer.telemetry.tensorboard import write_hparams_config
     from trainer.train.loop import HPARAM_KEYS
@@ -187,13 +159,26 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
                  "--workdir", str(root / v.name), *v.overrides, *extra,
                  *(["--quiet"] if parallel > 1 or launcher != "local" else [])]
                 for v in variants]
-    if launcher == "local":
-        codes = _run_local(commands, parallel, desc=f"sweep {name}")
-    else:
-        codes = _run_submitit(commands, root, "local" if launcher == "submitit-local" else None,
-                              spec.launcher_params)
-    failed = [v.name for v, rc in zip(variants, codes) if rc != 0]
-    summarize(root)
-    if failed:
-        raise RuntimeError(f"{len(failed)} variant(s) failed: {', '.join(failed)}")
+    cluster = "local" if launcher == "submitit-local" else None
+
+    def run(indices: list[int]) -> list[int]:
+        todo = [commands[i] for i in indices]
+        if launcher == "local":
+            return lc.run_local(todo, parallel, desc=f"sweep {name}")
+        return lc.job_codes(lc.submit_jobs(todo, root, cluster, spec.launcher_params))
+
+    ended = lc.run_all([root / v.name for v in variants], configs, run, wait, wait_limit_s, name)
+    if ended["stopped"] or ended["elsewhere"]:  # not every variant has ended: no table yet
+        parts = ([f"{len(ended['stopped'])} variant(s) pre-empted ({', '.join(ended['stopped'])})"]
+                 if ended["stopped"] else [])
+        if ended["elsewhere"]:
+            parts.append(f"{len(ended['elsewhere'])} variant(s) left running elsewhere "
+                         f"({', '.join(ended['elsewhere'])})")
+        raise Stopped(f"sweep {name} stopped: {'; '.join(parts)}; rerun the same command to "
+                      f"resume and write the tables")
+    with writing("sweep tables", root):
+        summarize(root)
+    if ended["failed"]:
+        raise RuntimeError(f"{len(ended['failed'])} variant(s) failed: "
+                           f"{', '.join(ended['failed'])}")
     return root

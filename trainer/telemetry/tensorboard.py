@@ -15,6 +15,8 @@ from tensorboard.compat.proto import event_pb2
 from tensorboard.plugins.custom_scalar import layout_pb2, summary as cs_summary
 from tensorboard.plugins.hparams import api as hp
 
+from trainer.faults import writing
+
 # Final values the HParams table shows, as (writer group, tag).
 HPARAM_METRICS = (("eval", "loss"), ("eval", "final/best_eval_loss"), ("eval", "loss_train_mode"),
                   ("eval", "final/diverged_step"), ("eval", "final/max_grad_norm"),
@@ -44,12 +46,12 @@ class RunWriters:
                         for g in ("train", "eval")}
 
     def write(self, group: str, scalars: dict[str, float], step: int) -> None:
-        with self.writers[group].as_default(step=step):
+        with writing("events", self.run_dir / group), self.writers[group].as_default(step=step):
             for tag, value in scalars.items():
                 tf.summary.scalar(tag, value)
 
     def histograms(self, group: str, tensors: dict[str, np.ndarray], step: int) -> None:
-        with self.writers[group].as_default(step=step):
+        with writing("events", self.run_dir / group), self.writers[group].as_default(step=step):
             for tag, value in tensors.items():
                 tf.summary.histogram(tag, value)
 
@@ -63,12 +65,14 @@ class RunWriters:
         writer.close()
 
     def flush(self) -> None:
-        for w in self.writers.values():
-            w.flush()
+        for group, w in self.writers.items():
+            with writing("events", self.run_dir / group):  # a full disk surfaces here
+                w.flush()
 
     def close(self) -> None:
-        for w in self.writers.values():
-            w.close()
+        for group, w in self.writers.items():
+            with writing("events", self.run_dir / group):
+                w.close()
 
 
 def truncate_events(log_dir: Path, keep_below: int) -> None:

@@ -19,12 +19,15 @@ from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
 from trainer.data import prepare
+from trainer.faults import Stopped
 from trainer.models import BATCH_NORMS, build_model
 from trainer.memory import release_free_memory
 from trainer.telemetry.precise_bn import BATCHES as PRECISE_BN_BATCHES, population_statistics
 from trainer.telemetry.probes import ProbeBatch, frozen_state, run_probes
 from trainer.telemetry.spikes import SpikeCounter
 from trainer.telemetry.tensorboard import RunWriters, expand, truncate_events
+from trainer.train import checkpoint
+from trainer.train.preempt import stop_requests
 from trainer.train.rundir import collect_meta, inspect_run_dir, read_json, run_lock, write_json
 from trainer.train.step import make_eval_step, make_replicated_train_step, make_train_step
 from trainer.train.strategy import make_strategy
@@ -76,7 +79,8 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
     """Train ``cfg`` into ``run_dir`` (resuming if it holds the same unfinished run).
 
     Returns the summary dict also written to ``run_dir/summary.json``. A diverged run is a
-    result (status "diverged"), not an exception.
+    result (status "diverged"), not an exception. SIGTERM/SIGINT stop it after the current
+    step with a checkpoint and ``Stopped`` (rerunning resumes).
     """
     run_dir = Path(run_dir)
     state = inspect_run_dir(run_dir, cfg)
@@ -93,12 +97,13 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
         keras.mixed_precision.set_global_policy(
             "mixed_bfloat16" if cfg.runtime.mixed_precision else "float32")
         try:
-            return _train(cfg, run_dir, corpus, argv, progress)
+            with stop_requests() as stop:
+                return _train(cfg, run_dir, corpus, argv, progress, stop)
         finally:
             keras.mixed_precision.set_global_policy(previous)
 
 
-def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
+def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop) -> dict:
     t = cfg.train
     keras.utils.set_random_seed(t.seed)
     tf.config.experimental.enable_op_determinism()
@@ -109,10 +114,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
         optimizer.build(model.trainable_variables)
     step_var = tf.Variable(0, dtype=tf.int64, name="step")
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
-    manager = tf.train.CheckpointManager(ckpt, str(run_dir / "checkpoints"), max_to_keep=2)
-    if manager.latest_checkpoint:
-        ckpt.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-    start = int(step_var.numpy())
+    manager, start, history = checkpoint.restore(ckpt, run_dir)
     if start == 0:
         data_info = {"dataset_fingerprint": corpus.fingerprint,
                      "tokenizer_hash": corpus.tokenizer_hash, "data_stats": corpus.stats(),
@@ -147,7 +149,6 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
         writers.hparams({k.split(".")[-1]: _hparam(OmegaConf.select(cfg, k)) for k in HPARAM_KEYS})
         writers.write("train", {"pad_fraction": corpus.stats()["pad_fraction"]}, 0)
 
-    history = read_json(run_dir / "progress.json") if start else {}
     best = history.get("best_eval_loss", math.inf)
     max_grad = history.get("max_grad_norm", 0.0)
     last_eval = history.get("final_eval_loss")
@@ -220,15 +221,18 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool) -> dict:
         done = step + 1
         if done % t.eval_every == 0 or done == t.steps:
             run_eval(done)
-        if done % t.checkpoint_every == 0 or done == t.steps:
-            step_var.assign(done)
+        if done % t.checkpoint_every == 0 or done == t.steps or stop.requested:
             writers.flush()
-            manager.save(checkpoint_number=done)
-            write_json(run_dir / "progress.json",
-                       {"step": done, "best_eval_loss": best, "max_grad_norm": max_grad,
-                        "final_eval_loss": last_eval, "final_eval_loss_train_mode": last_train_mode,
-                        "last_finite": last_finite, "spikes": spikes.state(),
-                        "probes": last_probes})
+            checkpoint.save(manager, step_var, done,
+                            {"best_eval_loss": best, "max_grad_norm": max_grad,
+                             "final_eval_loss": last_eval,
+                             "final_eval_loss_train_mode": last_train_mode,
+                             "last_finite": last_finite, "spikes": spikes.state(),
+                             "probes": last_probes}, run_dir)
+        if stop.requested and done < t.steps:  # pre-empted: the checkpoint above is at `done`
+            bar.close()
+            writers.close()
+            raise Stopped(f"stopped at step {done}; rerun the same command to resume")
     bar.close()
     final = {"final/best_eval_loss": best, "final/max_grad_norm": max_grad,
              "final/diverged_step": -1 if diverged_step is None else diverged_step}

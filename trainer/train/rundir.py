@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from trainer.atomic import write_atomic
 from trainer.config import ConfigError, to_yaml
 from trainer.machine import machine_identity
+from trainer.faults import writing
 
 PACKAGES = ("tensorflow", "keras", "tensorboard", "datasets", "tokenizers", "gensim", "omegaconf",
             "numpy")
@@ -27,8 +28,19 @@ class RunDirError(ConfigError):
     """The run directory cannot be used as asked (different config, unwritable, ...)."""
 
 
+class RunBusyError(RunDirError):
+    """Another live process holds the run's lock: the run is being written elsewhere."""
+
+
+# How long run_lock retries a held lock before refusing: a sweep's probe (is_locked) holds it
+# for microseconds and must never make a real run be refused.
+LOCK_RETRY_S = 1.0
+
+
 def write_json(path: Path, obj: dict) -> None:
-    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    """Write ``obj`` as JSON atomically; an I/O failure is a one-line ``RunIOError``."""
+    with writing(Path(path).name, path):
+        write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def read_json(path: Path) -> dict:
@@ -70,14 +82,36 @@ def run_lock(run_dir: Path, cfg):
     except OSError as e:
         raise RunDirError(f"cannot write the run directory {run_dir}: {e.strerror}") from None
     with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise RunDirError(f"{run_dir} is being written by another process; wait for it or "
-                              f"choose a new --workdir") from None
+        deadline = time.monotonic() + LOCK_RETRY_S
+        while not _try_lock(lock):
+            if time.monotonic() > deadline:
+                raise RunBusyError(f"{run_dir} is being written by another process; wait for it "
+                                   f"or choose a new --workdir")
+            time.sleep(0.05)
         if not (run_dir / "config.yaml").exists():
             write_atomic(run_dir / "config.yaml", to_yaml(cfg))
         yield run_dir
+
+
+def _try_lock(lock) -> bool:
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+
+
+def is_locked(run_dir: Path) -> bool:
+    """Whether another live process holds ``run_dir``'s lock (reads only; never blocks)."""
+    path = Path(run_dir) / ".lock"
+    try:
+        with open(path, "r") as lock:
+            if not _try_lock(lock):
+                return True
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            return False
+    except OSError:  # no lock file: nobody has started this run
+        return False
 
 
 def _git(*args: str) -> str:

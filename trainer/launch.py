@@ -1,0 +1,136 @@
+"""Launching a sweep's variants and waiting for them, including variants another process runs.
+
+Each variant is one ``python -m trainer train`` process; its exit code says how it ended:
+0 completed or diverged, ``EXIT_STOPPED`` pre-empted (resumable), ``EXIT_BUSY`` refused
+because another live process holds its run directory ("running elsewhere"), anything else
+failed. Two sweeps (or a relaunch after a timeout) may share a results directory: each runs
+what nobody else is running and waits for the rest.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import submitit
+from tqdm.auto import tqdm
+
+from trainer.faults import EXIT_BUSY, EXIT_STOPPED
+from trainer.train.rundir import RunDirError, inspect_run_dir, is_locked
+
+POLL_S = 2.0  # how often a waiting sweep looks at the variants running elsewhere
+REPORT_S = 60.0  # a progress line at least this often while waiting
+STOP_WAIT_S = 300  # how long a requeued job gives its training process to checkpoint
+
+
+def run_local(commands: list[list[str]], parallel: int, desc: str) -> list[int]:
+    """N local processes at a time; returns the exit codes in order."""
+    with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
+        runs = pool.map(lambda cmd: subprocess.run(cmd).returncode, commands)
+        return list(tqdm(runs, total=len(commands), desc=desc, unit="run", disable=parallel == 1))
+
+
+class TrainJob(submitit.helpers.Checkpointable):
+    """A submitit job running one training command; requeued with the same command when
+    submitit signals pre-emption or a time-out (the training process checkpoints first)."""
+
+    def __init__(self, command: list[str]):
+        self.command = command
+        self._proc = None
+
+    def __call__(self) -> int:
+        self._proc = subprocess.Popen(self.command)
+        return self._proc.wait()
+
+    def checkpoint(self, *args, **kwargs):
+        """Called by submitit in the job on its pre-emption signal: pass SIGTERM on to the
+        training process, let it checkpoint and stop, then resubmit the same command."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass  # resubmit anyway: the rerun resumes from the last checkpoint on disk
+        return submitit.helpers.DelayedSubmission(type(self)(self.command))
+
+    def __getstate__(self):  # the live process handle does not travel with the pickle
+        return {"command": self.command, "_proc": None}
+
+
+def submit_jobs(commands: list[list[str]], root: Path, cluster: str | None, params: dict):
+    """One submitit job per command: SLURM when available (cluster=None), else local processes.
+
+    ``params`` go to ``AutoExecutor.update_parameters`` (e.g. timeout_min, slurm_partition,
+    gpus_per_node); they come from the sweep spec's ``launcher_params``.
+    """
+    executor = submitit.AutoExecutor(folder=root / ".submitit", cluster=cluster)
+    executor.update_parameters(**{"timeout_min": 24 * 60, **params})
+    return [executor.submit(TrainJob(cmd)) for cmd in commands]
+
+
+def job_codes(jobs) -> list[int]:
+    """Wait for submitit jobs; a job that raised (killed, not requeued) counts as failed."""
+    codes = []
+    for job in jobs:
+        try:
+            codes.append(int(job.result()))
+        except Exception:  # submitit re-raises the job's failure here; the run dir tells why
+            codes.append(1)
+    return codes
+
+
+def variant_state(run_dir: Path, cfg) -> str:
+    """"ended" (completed or diverged), "elsewhere" (another live process holds its lock)
+    or "todo"."""
+    try:
+        if inspect_run_dir(run_dir, cfg) == "completed":
+            return "ended"
+    except RunDirError:
+        return "todo"  # the training process reports it in one line and fails
+    return "elsewhere" if is_locked(run_dir) else "todo"
+
+
+def run_all(run_dirs: list[Path], configs: list, launch, wait: bool, wait_limit_s: float,
+            name: str) -> dict[str, list[str]]:
+    """Run every variant not finished and not running elsewhere with ``launch(indices)``
+    (returns exit codes); wait for those running elsewhere, relaunching any that another
+    process left unfinished. Returns the variant names by outcome: ended, failed, stopped,
+    elsewhere (still running elsewhere when not waiting or after ``wait_limit_s``)."""
+    outcome: dict[int, str] = {}
+    pending = list(range(len(run_dirs)))
+    deadline = time.monotonic() + wait_limit_s
+    while pending:
+        states = {i: variant_state(run_dirs[i], configs[i]) for i in pending}
+        todo = [i for i in pending if states[i] == "todo"]
+        outcome.update({i: s for i, s in states.items() if s != "todo"})
+        for i, rc in zip(todo, launch(todo) if todo else []):
+            outcome[i] = ("ended" if rc == 0 else "elsewhere" if rc == EXIT_BUSY
+                          else "stopped" if rc == EXIT_STOPPED else "failed")
+        pending = sorted(i for i, s in outcome.items() if s == "elsewhere")
+        if not pending or not wait or "stopped" in outcome.values():
+            break
+        if not _wait_for(pending, run_dirs, deadline, name):
+            break
+    return {kind: [run_dirs[i].name for i, s in sorted(outcome.items()) if s == kind]
+            for kind in ("ended", "failed", "stopped", "elsewhere")}
+
+
+def _wait_for(pending: list[int], run_dirs: list[Path], deadline: float, name: str) -> bool:
+    """Poll until one of ``pending`` is no longer locked; False when the deadline passed."""
+    last_report = -REPORT_S
+    while True:
+        if any(not is_locked(run_dirs[i]) for i in pending):
+            return True
+        now = time.monotonic()
+        if now > deadline:
+            return False
+        if now - last_report >= REPORT_S:
+            names = ", ".join(run_dirs[i].name for i in pending)
+            print(f"sweep {name}: waiting for {len(pending)} variant(s) running elsewhere: "
+                  f"{names}", file=sys.stderr, flush=True)
+            last_report = now
+        time.sleep(POLL_S)
