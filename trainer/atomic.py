@@ -26,3 +26,25 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
 def write_atomic(path: str | os.PathLike, text: str) -> None:
     """Write UTF-8 ``text`` to ``path`` atomically."""
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def write_csv(path: str | os.PathLike, rows: list[dict]) -> None:
+    """Rows (dicts with the same keys, in order) as a CSV file, written atomically."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(path, buf.getvalue())
+
+
+def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> None:
+    """A matplotlib figure as a PNG, written atomically; the figure is closed either way."""
+    import matplotlib.pyplot as plt
+
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
+    finally:
+        plt.close(fig)

@@ -13,13 +13,11 @@ The per-sequence mean token loss is averaged over the N sequences.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 from pathlib import Path
 
 import numpy as np
 
-from trainer.atomic import write_atomic
+from trainer.atomic import save_figure, write_csv
 from trainer.config import ConfigError, load_config
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 64)
@@ -96,7 +94,6 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from trainer.atomic import atomic_write
     from trainer.results.palette import NORM_COLORS
 
     fig, ax = plt.subplots(figsize=(7.5, 4.2), constrained_layout=True)
@@ -119,10 +116,7 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.set_ylabel("eval loss of the same sequences (nats)")
     ax.set_title("F7: the same sequences evaluated at every batch size", loc="left")
     ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    try:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    finally:
-        plt.close(fig)
+    save_figure(fig, path)
 
 
 def run(run_dirs: list[Path], out: Path, n: int, sizes) -> list[dict]:
@@ -132,12 +126,7 @@ def run(run_dirs: list[Path], out: Path, n: int, sizes) -> list[dict]:
         for r in rows[-len(MODES) * (len(sizes) + 1):]:
             print(f"{r['run']:45s} {r['mode']:9s} B={r['batch_size']!s:4s} loss {r['loss']:.5f}",
                   flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_atomic(out / "batch_size.csv", buf.getvalue())
+    write_csv(out / "batch_size.csv", rows)
     plot(rows, out / "batch_size.png")
     return rows
 

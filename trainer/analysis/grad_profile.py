@@ -12,11 +12,9 @@ batches; the result is the FFN-out gradient norm per block and its last/first ra
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 from pathlib import Path
 
-from trainer.atomic import write_atomic
+from trainer.atomic import save_figure, write_atomic, write_csv
 from trainer.config import INITS, load_config
 
 PLACEMENTS = ("pre", "post")
@@ -64,12 +62,7 @@ def run(config: str, overrides: list[str], out: Path, seeds: list[int], inits: l
                 print(f"{init:7s} {placement:4s} seed {seed}: "
                       + " ".join(f"{v:.3g}" for v in norms)
                       + f"   last/first {rows[-1]['last_over_first']:.3f}", flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_atomic(out / "grad_profile.csv", buf.getvalue())
+    write_csv(out / "grad_profile.csv", rows)
     write_atomic(out / "grad_profile.yaml", f"config: {config}\noverrides: {list(overrides)}\n"
                  f"seeds: {seeds}\nbatches: {batches}\n")
     plot(rows, out / "grad_profile.png")
@@ -82,8 +75,6 @@ def plot(rows: list[dict], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from trainer.atomic import atomic_write
 
     inits = list(dict.fromkeys(r["init"] for r in rows))
     fig, axes = plt.subplots(1, len(inits), figsize=(4.2 * len(inits), 3.4), squeeze=False,
@@ -103,10 +94,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_xlabel("block")
     axes[0][0].set_ylabel("FFN-out gradient norm at init")
     axes[0][-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    try:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    finally:
-        plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str]) -> int:

@@ -15,7 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from trainer.atomic import atomic_write  # noqa: E402
+from trainer.atomic import save_figure  # noqa: E402
 from trainer.results.palette import NORM_COLORS  # noqa: E402
 
 WHEN = (("first", "step 0", ":"), ("mid", "mid-training", "--"), ("last", "final", "-"))
@@ -60,10 +60,7 @@ def collapse_by_depth(ref, path: Path) -> Path | None:
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("F4: token identity through depth (LayerNorm, Pre-LN)", loc="left")
     ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    try:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    finally:
-        plt.close(fig)
+    save_figure(fig, path)
     return path
 
 
