@@ -147,6 +147,14 @@ FLIPS = {
 }
 
 
+def test_f2_measures_layer_norm_in_both_modes(tmp_path):
+    """LN's 'no gap' is read from a real train-mode forward (analysis), so it can fail."""
+    change = _set("bs", lambda k: k[0] == "layer",
+                  train={b: 2.3 + 2 * F.GAP_ZERO for b in (1, 2, 4, 8, 16, 64)})
+    got = verdicts(build(tmp_path / "reference", change))
+    assert got["F2"] == "partly"
+
+
 @pytest.mark.parametrize("claim", sorted(FLIPS))
 def test_each_verdict_flips_when_its_number_crosses_the_threshold(claim, healthy, tmp_path):
     got = verdicts(build(tmp_path / "reference", FLIPS[claim]))
