@@ -118,3 +118,18 @@ def test_mixed_precision_run(tiny_run, tmp_path):
     assert result["final_eval_loss"] == pytest.approx(summary["final_eval_loss"], abs=0.1)
     assert result["final_eval_loss"] != summary["final_eval_loss"]  # it did run in bf16
     assert keras.mixed_precision.global_policy().name == "float32"
+
+
+def test_time_breakdown_adds_up(tiny_run):
+    """summary.json's time: phases are disjoint slices of the process's wall time, and the
+    train share is the train-step slice of it (issue #13)."""
+    import time
+
+    _, run_dir, summary = tiny_run
+    t = summary["time"]
+    phases = sum(t[f"{p}_s"] for p in ("data", "compile", "train", "eval", "checkpoint"))
+    assert 0 < t["train_s"] and 0 < t["compile_s"] and 0 < t["eval_s"]
+    assert phases <= t["wall_s"] and t["startup_s"] <= t["wall_s"]
+    assert t["train_share"] == pytest.approx(t["train_s"] / t["wall_s"], abs=1e-4)
+    # the run's own clock: its wall time cannot exceed the time since its run dir was created
+    assert t["wall_s"] <= time.time() - (run_dir / "config.yaml").stat().st_mtime + 60

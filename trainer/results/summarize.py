@@ -36,13 +36,13 @@ RUN_COLUMNS = ("run", "variant", "norm", "placement", "residual", "num_layers", 
                "final_eval_loss_train_mode", "train_inference_gap", "best_eval_loss",
                "diverged_step", "loss_spikes", "final_eval_loss_precise_bn", "at_plateau",
                "max_grad_norm", "batch_invariance", "batch_invariance_inference",
-               "token_cosine_last", "tokens_per_sec", "pad_fraction")
+               "token_cosine_last", "tokens_per_sec", "pad_fraction", "wall_s", "train_share")
 COLUMNS = ("variant", "norm", "placement", "residual", "num_layers", "lr", "warmup_steps",
            "n_seeds", "status", "plateau", "final_eval_loss_mean", "final_eval_loss_ci95",
            "final_eval_loss_min", "final_eval_loss_max", "final_eval_loss_std",
            "best_eval_loss_mean", "best_eval_loss_std", "eval_loss_train_mode",
            "train_inference_gap", "diverged_steps", "loss_spikes", "max_grad_norm",
-           "batch_invariance", "token_cosine_last", "tokens_per_sec")
+           "batch_invariance", "token_cosine_last", "tokens_per_sec", "train_share")
 # Markdown: (header, cell builder) — numbers compact, mean ± std where seeds were grouped.
 MD_COLUMNS = (
     ("variant", lambda v: v["variant"]), ("norm", lambda v: v["norm"]),
@@ -60,6 +60,7 @@ MD_COLUMNS = (
     ("batch invariance", lambda v: _num(v["batch_invariance"])),
     ("token cosine (last block)", lambda v: _fixed(v["token_cosine_last"])),
     ("tokens/s", lambda v: _num(v["tokens_per_sec"], 0)),
+    ("train share", lambda v: "" if v["train_share"] is None else f"{v['train_share']:.0%}"),
 )
 
 
@@ -162,6 +163,8 @@ def run_row(run: Run, baselines: dict | None = None) -> dict:
         "token_cosine_last": run.probe(f"probe/token_cosine/block_{last}"),
         "tokens_per_sec": _finite(s.get("tokens_per_sec")),
         "pad_fraction": _finite(s.get("pad_fraction")),
+        "wall_s": _finite((s.get("time") or {}).get("wall_s")),
+        "train_share": _finite((s.get("time") or {}).get("train_share")),
     }
 
 
@@ -218,6 +221,7 @@ def group_variants(rows: list[dict]) -> list[dict]:
             "batch_invariance": _mean_std(col("batch_invariance"))[0],
             "token_cosine_last": _mean_std(col("token_cosine_last"))[0],
             "tokens_per_sec": _mean_std(col("tokens_per_sec"))[0],
+            "train_share": _mean_std(col("train_share"))[0],
         })
     return out
 
@@ -267,7 +271,8 @@ def markdown(variants: list[dict], baselines: dict | None = None) -> str:
     lines += ["| " + " | ".join(str(cell(v)) for _, cell in MD_COLUMNS) + " |" for v in variants]
     note = ("\nFinal eval loss: mean ± 95 % t-interval [min, max] over the seeds that completed "
             "(best eval loss: mean ± sample std). Gap: eval loss in inference mode minus eval loss "
-            "with batch statistics (train-mode BN). Plots: plots/*.png.\n")
+            "with batch statistics (train-mode BN). Train share: time in train steps / the run's "
+            "wall time (summary.json `time`). Plots: plots/*.png.\n")
     if baselines:
         note += (f"\nBaselines on the same eval tokens: unigram {baselines['unigram']:.4f}, "
                  f"add-k bigram {baselines['bigram']:.4f} nats (k = {baselines['bigram_k']:g}, "

@@ -29,6 +29,7 @@ from trainer.telemetry.tensorboard import RunWriters, expand, truncate_events
 from trainer.train import checkpoint
 from trainer.train.preempt import stop_requests
 from trainer.train.rundir import collect_meta, inspect_run_dir, read_json, run_lock, write_json
+from trainer.train.timing import Timings
 from trainer.train.step import make_eval_step, make_replicated_train_step, make_train_step
 from trainer.train.strategy import make_strategy
 
@@ -87,8 +88,10 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
     if state == "completed":
         return read_json(run_dir / "summary.json")
     t = cfg.train
+    timings = Timings()
     # Data problems surface before anything is written: no half run dir that looks like a result.
-    corpus = prepare(cfg.data, seed=t.seed)
+    with timings.phase("data"):
+        corpus = prepare(cfg.data, seed=t.seed)
     with run_lock(run_dir, cfg):
         if inspect_run_dir(run_dir, cfg) == "completed":  # finished while we waited for data
             return read_json(run_dir / "summary.json")
@@ -98,12 +101,12 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
             "mixed_bfloat16" if cfg.runtime.mixed_precision else "float32")
         try:
             with stop_requests() as stop:
-                return _train(cfg, run_dir, corpus, argv, progress, stop)
+                return _train(cfg, run_dir, corpus, argv, progress, stop, timings)
         finally:
             keras.mixed_precision.set_global_policy(previous)
 
 
-def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop) -> dict:
+def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> dict:
     t = cfg.train
     keras.utils.set_random_seed(t.seed)
     tf.config.experimental.enable_op_determinism()
@@ -163,6 +166,10 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop) -> dict:
     probe = ProbeBatch(eval_batches, corpus.max_len)
 
     def run_eval(step: int) -> None:
+        with timings.phase("eval"):
+            _run_eval(step)
+
+    def _run_eval(step: int) -> None:
         nonlocal best, last_eval, last_train_mode, last_probes
         compiled = eval_step.experimental_get_tracing_count()
         loss = evaluate(eval_step, eval_batches)
@@ -188,6 +195,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop) -> dict:
                desc=run_dir.name, unit="step", dynamic_ncols=True, leave=False)
     for step in bar:
         batch = next(dataset)
+        timings.step_started()
         traces = train_step.experimental_get_tracing_count()
         t0 = time.perf_counter()
         out = train_step(batch)
@@ -195,8 +203,10 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop) -> dict:
         dt = time.perf_counter() - t0
         n_real = float(out["tokens"])
         if train_step.experimental_get_tracing_count() != traces:  # compiled a new shape
+            timings.add("compile", dt)
             release_free_memory()  # the compiler's garbage, before it adds to the next peak
         else:  # compiling steps don't count
+            timings.add("train", dt)
             timed += dt
             real_tokens += n_real
             padded_tokens += float(np.prod(batch["inputs"].shape))
@@ -222,13 +232,14 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop) -> dict:
         if done % t.eval_every == 0 or done == t.steps:
             run_eval(done)
         if done % t.checkpoint_every == 0 or done == t.steps or stop.requested:
-            writers.flush()
-            checkpoint.save(manager, step_var, done,
-                            {"best_eval_loss": best, "max_grad_norm": max_grad,
-                             "final_eval_loss": last_eval,
-                             "final_eval_loss_train_mode": last_train_mode,
-                             "last_finite": last_finite, "spikes": spikes.state(),
-                             "probes": last_probes}, run_dir)
+            with timings.phase("checkpoint"):
+                writers.flush()
+                checkpoint.save(manager, step_var, done,
+                                {"best_eval_loss": best, "max_grad_norm": max_grad,
+                                 "final_eval_loss": last_eval,
+                                 "final_eval_loss_train_mode": last_train_mode,
+                                 "last_finite": last_finite, "spikes": spikes.state(),
+                                 "probes": last_probes}, run_dir)
         if stop.requested and done < t.steps:  # pre-empted: the checkpoint above is at `done`
             bar.close()
             writers.close()
@@ -240,8 +251,8 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop) -> dict:
     writers.close()
     precise_bn = None
     if status == "completed" and model.block_args["norm"] in BATCH_NORMS:
-        with population_statistics(model, [corpus.train_batch(i, t.seed)
-                                           for i in range(PRECISE_BN_BATCHES)]):
+        with timings.phase("eval"), population_statistics(
+                model, [corpus.train_batch(i, t.seed) for i in range(PRECISE_BN_BATCHES)]):
             precise_bn = evaluate(eval_step, eval_batches)
 
     stats = corpus.stats()
@@ -269,6 +280,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop) -> dict:
         "num_params": int(model.count_params()),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "end_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "time": timings.summary(),  # seconds by phase and train_share (train/timing.py)
     }
     write_json(run_dir / "summary.json", summary)
     return summary

@@ -1,0 +1,47 @@
+"""Where a run's wall time goes: data, compilation, train steps, evaluation, checkpoints.
+
+Every number is wall-clock seconds of the process that finished the run (a resumed run counts
+its last process only). ``train`` is the time inside train steps that did not compile a new
+shape; ``compile`` the steps that did (tracing + XLA compilation + that step); ``eval`` covers
+evaluations, probes and their compilation; ``startup`` is process start to the first train step.
+``train_share`` = train / wall: the fraction of the run spent training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import psutil
+
+PHASES = ("data", "compile", "train", "eval", "checkpoint")
+
+
+class Timings:
+    def __init__(self):
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.process_start = psutil.Process().create_time()
+        self.first_step: float | None = None
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.seconds[phase] += seconds
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t0)
+
+    def step_started(self) -> None:
+        if self.first_step is None:
+            self.first_step = time.time()
+
+    def summary(self) -> dict:
+        wall = time.time() - self.process_start
+        out = {f"{k}_s": round(v, 3) for k, v in self.seconds.items()}
+        out["wall_s"] = round(wall, 3)
+        out["startup_s"] = round((self.first_step or time.time()) - self.process_start, 3)
+        out["train_share"] = round(self.seconds["train"] / wall, 4) if wall > 0 else None
+        return out
