@@ -364,3 +364,23 @@ def test_submitit_requeues_a_preempted_job_which_resumes_identically(tmp_path, c
     # the event files are the witness): the first stopped at its checkpoint, the second resumed.
     assert len(list((run / "train").glob("events.out.tfevents.*"))) == 2
     _assert_same_run(run, clean_run, 20)
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_sweep_stops_its_variants_resumably(tmp_path):
+    spec, out = _spec(tmp_path, "layer, dyt"), tmp_path / "out"
+    cmd = [sys.executable, "-m", "trainer", "sweep", "--config", str(spec), "--out", str(out)]
+    sweep = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+    deadline = time.time() + 240
+    while not (out / "norm=layer" / "eval").exists():  # its first variant is training
+        assert sweep.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    sweep.send_signal(signal.SIGTERM)  # only the sweep, as Kubernetes does
+    assert sweep.wait(timeout=300) == EXIT_STOPPED, sweep.stderr.read()
+    err = sweep.stderr.read()
+    assert "2 variant(s) pre-empted (norm=layer, norm=dyt)" in err, err
+    assert "stopped at step" in err and not (out / "summary.md").exists()
+    assert subprocess.run(cmd, cwd=ROOT, capture_output=True, timeout=600).returncode == 0
+    for r in ("norm=dyt", "norm=layer"):
+        assert _trained_once(out / r, 6), r

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from trainer import import_tensorflow_quietly
 from trainer.config import ConfigError
-from trainer.faults import EXIT_BUSY, EXIT_IO, EXIT_STOPPED, RunIOError, Stopped
+from trainer.faults import EXIT_BUSY, EXIT_IO, EXIT_STOPPED, RunIOError, Stopped, writing
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             root = Path(args.results_dir)
             if not root.is_dir():
                 raise ConfigError(f"results directory not found: {root}")
-            summarize(root)
+            with writing("tables", root):
+                summarize(root)
             print((root / "summary.md").read_text())
         elif args.command == "reproduce":
             from trainer.results.reproduce_all import reproduce_path

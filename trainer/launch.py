@@ -20,6 +20,7 @@ import submitit
 from tqdm.auto import tqdm
 
 from trainer.faults import EXIT_BUSY, EXIT_STOPPED
+from trainer.train.preempt import stop_requests
 from trainer.train.rundir import RunDirError, inspect_run_dir, is_locked
 
 POLL_S = 2.0  # how often a waiting sweep looks at the variants running elsewhere
@@ -28,10 +29,32 @@ STOP_WAIT_S = 300  # how long a requeued job gives its training process to check
 
 
 def run_local(commands: list[list[str]], parallel: int, desc: str) -> list[int]:
-    """N local processes at a time; returns the exit codes in order."""
-    with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
-        runs = pool.map(lambda cmd: subprocess.run(cmd).returncode, commands)
-        return list(tqdm(runs, total=len(commands), desc=desc, unit="run", disable=parallel == 1))
+    """N local processes at a time; returns the exit codes in order.
+
+    SIGTERM/SIGINT to the sweep is passed on to the running variants as SIGTERM (Kubernetes
+    signals only the main process), so they checkpoint and exit ``EXIT_STOPPED``; variants not
+    started yet count as stopped too.
+    """
+    with stop_requests() as stop:
+        def run(cmd: list[str]) -> int:
+            if stop.requested:
+                return EXIT_STOPPED
+            proc, forwarded = subprocess.Popen(cmd), False
+            while True:
+                try:
+                    rc = proc.wait(timeout=0.5)
+                    # Signalled before it could install its handler (still starting): it
+                    # resumes from its last checkpoint all the same.
+                    return EXIT_STOPPED if forwarded and rc < 0 else rc
+                except subprocess.TimeoutExpired:
+                    if stop.requested and not forwarded:
+                        proc.send_signal(signal.SIGTERM)
+                        forwarded = True
+
+        with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
+            runs = pool.map(run, commands)
+            return list(tqdm(runs, total=len(commands), desc=desc, unit="run",
+                             disable=parallel == 1))
 
 
 class TrainJob(submitit.helpers.Checkpointable):

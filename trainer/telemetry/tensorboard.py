@@ -57,6 +57,10 @@ class RunWriters:
 
     def hparams(self, values: dict) -> None:
         """One HParams session per run (written at the run root) plus the custom-scalars layout."""
+        with writing("events", self.run_dir):
+            self._hparams(values)
+
+    def _hparams(self, values: dict) -> None:
         writer = tf.summary.create_file_writer(str(self.run_dir))
         with writer.as_default(step=0):
             hp.hparams(values, trial_id=self.run_dir.name)
