@@ -294,5 +294,6 @@ def summarize(root: str | Path, plots: bool = True) -> list[dict]:
     if plots and runs:
         from trainer.results.plots import write_plots
 
-        write_plots(runs, root / "plots", base)
+        lines = {k: base[k] for k in ("unigram", "bigram")} if base else None
+        write_plots(runs, root / "plots", lines)
     return variants
