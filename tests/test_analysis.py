@@ -74,3 +74,18 @@ def test_grad_profile_writes_one_row_per_init_placement_seed(tmp_path):
         (i, p, s) for i in ("normal", "xavier") for p in ("pre", "post") for s in (0, 1)]
     assert all(r["last_over_first"] > 0 for r in rows)
     assert (tmp_path / "grad_profile.png").is_file() and (tmp_path / "grad_profile.csv").is_file()
+
+
+def test_restored_checkpoint_gives_the_runs_own_eval_loss(runs):
+    """The analysis' model is the run's final model, BN running statistics included."""
+    import json
+
+    from trainer.analysis.batch_size import restore
+    from trainer.train.loop import evaluate
+    from trainer.train.step import make_eval_step
+
+    for run_dir in runs.values():
+        cfg, corpus, model = restore(run_dir)
+        loss = evaluate(make_eval_step(model, xla=False), corpus.eval_batches("validation"))
+        assert loss == pytest.approx(json.loads((run_dir / "summary.json").read_text())[
+            "final_eval_loss"], rel=1e-6)

@@ -30,6 +30,7 @@ def restore(run_dir: Path):
 
     from trainer.data import prepare
     from trainer.models import build_model
+    from trainer.train.checkpoint import make_checkpoint
 
     cfg = load_config(run_dir / "config.yaml")
     latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
@@ -38,7 +39,11 @@ def restore(run_dir: Path):
                           f"rerun it with the same config to make one)")
     corpus = prepare(cfg.data)
     model = build_model(cfg.model, corpus.vocab_size, corpus.max_len)
-    tf.train.Checkpoint(model=model).restore(latest).expect_partial()
+    try:
+        make_checkpoint(model).restore(latest).expect_partial().assert_existing_objects_matched()
+    except AssertionError:
+        raise ConfigError(f"{latest} does not hold every model variable (made before "
+                          f"checkpoints listed them all): rerun the run to make one") from None
     return cfg, corpus, model
 
 

@@ -26,6 +26,21 @@ _INDEX = re.compile(r"ckpt-(\d+)\.index")
 _UNREADABLE = (tf.errors.OpError, OSError, ValueError, IndexError, AssertionError)
 
 
+def make_checkpoint(model, optimizer=None, step=None) -> tf.train.Checkpoint:
+    """The tf.train.Checkpoint of a run: every model variable, the optimizer and the step.
+
+    ``weights`` lists ``model.variables`` explicitly, in construction order: tf.train does not
+    follow the Keras 3 list of blocks, so without it a block's non-trainable state (BN running
+    statistics) was never saved, and its trainable weights only through the optimizer.
+    """
+    parts = {"weights": list(model.variables), "model": model}
+    if optimizer is not None:
+        parts["optimizer"] = optimizer
+    if step is not None:
+        parts["step"] = step
+    return tf.train.Checkpoint(**parts)
+
+
 def _found(directory: Path) -> list[int]:
     """Checkpoint numbers with an index file, newest first."""
     return sorted((int(m.group(1)) for p in directory.glob("ckpt-*.index")

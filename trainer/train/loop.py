@@ -116,7 +116,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
         optimizer = make_optimizer(t)
         optimizer.build(model.trainable_variables)
     step_var = tf.Variable(0, dtype=tf.int64, name="step")
-    ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
+    ckpt = checkpoint.make_checkpoint(model, optimizer, step_var)
     manager, start, history = checkpoint.restore(ckpt, run_dir)
     if start == 0:
         data_info = {"dataset_fingerprint": corpus.fingerprint,
