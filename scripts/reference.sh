@@ -6,8 +6,7 @@
 #
 # Usage: scripts/reference.sh [PART ...] [--parallel N]     (default: every part, --parallel 2)
 #   PART: grid_a grid_b grid_c grid_d lr calibration init analysis findings
-#   (analysis reads the grid's final checkpoints, which are not committed: run it on the machine
-#   that made grid_a, or rerun grid_a's runs first)
+#   (analysis reproduces grid_a's LN and BN runs to get their final checkpoints, ~15 min)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_python.sh"
 parts=() args=()
@@ -32,8 +31,15 @@ for part in "${parts[@]}"; do
     init)
       "$PYTHON" -m trainer analyze grad-profile --config configs/reference.yaml --out "$out/init" ;;
     analysis)
-      "$PYTHON" -m trainer analyze batch-size "$out"/grid/norm={layer,batch,masked_batch},residual=true,placement=pre{,\,seed=1,\,seed=2} \
-        --out "$out/analysis" ;;
+      # F7 reads final checkpoints, which are not committed: each run is reproduced into
+      # runs/ckpt/ (verified IDENTICAL or WITHIN TOLERANCE on the way), then analysed.
+      runs=()
+      for n in layer batch; do for s in "" ",seed=1" ",seed=2"; do
+        r="norm=$n,residual=true,placement=pre$s"
+        [[ -f "runs/ckpt/$r/summary.json" ]] || "$PYTHON" -m trainer reproduce "$out/grid/$r" --out "runs/ckpt/$r"
+        runs+=("runs/ckpt/$r")
+      done; done
+      "$PYTHON" -m trainer analyze batch-size "${runs[@]}" --out "$out/analysis" ;;
     findings)
       "$PYTHON" -m trainer findings "$out" > /dev/null && echo "wrote results/README.md" ;;
     *) echo "error: unknown part '$part'" >&2; exit 2 ;;

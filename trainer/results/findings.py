@@ -340,6 +340,10 @@ def f7(ref: Reference) -> Finding:
         for mode in ("train", "inference"):
             f.lines.append(_line(f"{norm}, {mode} mode, max − min over B", spread(norm, mode)))
         f.lines.append(_line(f"{norm}, training mode, loss(B=1) − loss(B=64)", small_gap(norm)))
+        for mode in ("train", "inference"):  # reported, not part of the verdict
+            f.lines.append(_line(f"{norm}, single-token batches (B = 1, T = 1), {mode} mode", {
+                r["seed"]: float(r["loss"]) for r in rows
+                if r["norm"] == norm and r["mode"] == mode and r["batch_size"] == "1x1"}))
     f.parts.append(("LN flat in both modes", all(beyond(spread("layer", m), FLAT_MAX, "below")
                                                 for m in ("train", "inference"))))
     f.parts.append(("BN worse at small batches in training mode",
