@@ -57,6 +57,21 @@ def run_local(commands: list[list[str]], parallel: int, desc: str) -> list[int]:
                              disable=parallel == 1))
 
 
+def _wait_until_exited(pid: int, timeout_s: float) -> bool:
+    """Whether process ``pid`` exited (gone, or a zombie awaiting its parent) within the time."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 class TrainJob(submitit.helpers.Checkpointable):
     """A submitit job running one training command; requeued with the same command when
     submitit signals pre-emption or a time-out (the training process checkpoints first)."""
@@ -74,10 +89,11 @@ class TrainJob(submitit.helpers.Checkpointable):
         training process, let it checkpoint and stop, then resubmit the same command."""
         if self._proc is not None and self._proc.poll() is None:
             self._proc.send_signal(signal.SIGTERM)
-            try:
-                self._proc.wait(timeout=STOP_WAIT_S)
-            except subprocess.TimeoutExpired:
-                pass  # resubmit anyway: the rerun resumes from the last checkpoint on disk
+            # Not self._proc.wait(): this handler interrupts __call__'s own wait(), which holds
+            # the Popen's wait lock, so a nested wait(timeout) can never reap the child and
+            # always ran the full timeout. Watch the process instead; after the timeout,
+            # resubmit anyway: the rerun resumes from the last checkpoint on disk.
+            _wait_until_exited(self._proc.pid, STOP_WAIT_S)
         return submitit.helpers.DelayedSubmission(type(self)(self.command))
 
     def __getstate__(self):  # the live process handle does not travel with the pickle

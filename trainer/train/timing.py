@@ -1,7 +1,9 @@
 """Where a run's wall time goes: data, compilation, train steps, evaluation, checkpoints.
 
 Every number is wall-clock seconds of the process that finished the run (a resumed run counts
-its last process only). ``train`` is the time inside train steps that did not compile a new
+its last process only). ``wall`` starts at the process start for the first run of a process
+(a ``train`` command: interpreter and TensorFlow import included), at ``run_training`` for any
+later run in the same process (tests, notebooks). ``train`` is the time inside train steps that did not compile a new
 shape; ``compile`` the steps that did (tracing + XLA compilation + that step); ``eval`` covers
 evaluations, probes and their compilation; ``startup`` is process start to the first train step.
 ``train_share`` = train / wall: the fraction of the run spent training.
@@ -15,12 +17,15 @@ import time
 import psutil
 
 PHASES = ("data", "compile", "train", "eval", "checkpoint")
+_first_in_process = True
 
 
 class Timings:
     def __init__(self):
+        global _first_in_process
         self.seconds = dict.fromkeys(PHASES, 0.0)
-        self.process_start = psutil.Process().create_time()
+        self.process_start = psutil.Process().create_time() if _first_in_process else time.time()
+        _first_in_process = False
         self.first_step: float | None = None
 
     def add(self, phase: str, seconds: float) -> None:
