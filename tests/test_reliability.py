@@ -319,16 +319,23 @@ def test_sweep_waits_for_a_variant_running_elsewhere_and_runs_what_it_left(tmp_p
     assert "norm=layer" in (out / "summary.md").read_text()
 
 
+def _start_sweep(tmp_path, norms: str, marker: str, stdout):
+    """Start a sweep over ``norms`` in the background; return once ``out/marker`` exists."""
+    spec, out = _spec(tmp_path, norms), tmp_path / "out"
+    cmd = [sys.executable, "-m", "trainer", "sweep", "--config", str(spec), "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not (out / marker).exists():
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    return proc, out, cmd
+
+
 @pytest.mark.slow
 def test_two_sweeps_sharing_a_results_dir_both_succeed(tmp_path):
-    spec, out = _spec(tmp_path, "layer, dyt, rms"), tmp_path / "out"
-    cmd = [sys.executable, "-m", "trainer", "sweep", "--config", str(spec), "--out", str(out)]
-    first = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
-    deadline = time.time() + 240
-    while not (out / "norm=layer" / "config.yaml").exists():  # its first variant is running
-        assert first.poll() is None and time.time() < deadline
-        time.sleep(0.05)
+    # its first variant is running once that variant's config.yaml exists
+    first, out, cmd = _start_sweep(tmp_path, "layer, dyt, rms", "norm=layer/config.yaml",
+                                   subprocess.PIPE)
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     out1, err1 = first.communicate(timeout=600)
     assert first.returncode == 0, err1[-3000:]
@@ -368,14 +375,8 @@ def test_submitit_requeues_a_preempted_job_which_resumes_identically(tmp_path, c
 
 @pytest.mark.slow
 def test_sigterm_to_a_sweep_stops_its_variants_resumably(tmp_path):
-    spec, out = _spec(tmp_path, "layer, dyt"), tmp_path / "out"
-    cmd = [sys.executable, "-m", "trainer", "sweep", "--config", str(spec), "--out", str(out)]
-    sweep = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True)
-    deadline = time.time() + 240
-    while not (out / "norm=layer" / "eval").exists():  # its first variant is training
-        assert sweep.poll() is None and time.time() < deadline
-        time.sleep(0.05)
+    # its first variant is training once that variant has eval curves
+    sweep, out, cmd = _start_sweep(tmp_path, "layer, dyt", "norm=layer/eval", subprocess.DEVNULL)
     sweep.send_signal(signal.SIGTERM)  # only the sweep, as Kubernetes does
     assert sweep.wait(timeout=300) == EXIT_STOPPED, sweep.stderr.read()
     err = sweep.stderr.read()
