@@ -15,9 +15,7 @@ import argparse
 from pathlib import Path
 
 from trainer.atomic import save_figure, write_atomic, write_csv
-from trainer.config import INITS, load_config
-
-PLACEMENTS = ("pre", "post")
+from trainer.config import INITS, PLACEMENTS, load_config
 
 
 def profile(cfg, corpus, batches: int) -> list[float]:

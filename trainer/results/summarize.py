@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 from trainer.results.baselines import (PLATEAU_MARGIN, at_plateau, ensure_baselines,
                                       read_run_baselines)
 from trainer.results.events import read_scalars
-from trainer.results.metrics import interval
+from trainer.results.metrics import finite as _finite, interval
 from trainer.train.rundir import read_json, write_atomic
 
 SEED_PART = re.compile(r"(^|,)seed=\d+(?=,|$)")
@@ -129,10 +129,6 @@ def load_runs(root: Path, curves: bool = True) -> list[Run]:
             run.train, run.eval = read_scalars(path / "train"), read_scalars(path / "eval")
         out.append(run)
     return out
-
-
-def _finite(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
 def run_row(run: Run, baselines: dict | None = None) -> dict:
