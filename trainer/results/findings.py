@@ -17,13 +17,12 @@ event files, analysis CSVs); nothing is written by hand. The rules, fixed before
 
 from __future__ import annotations
 
-import math
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.atomic import write_atomic
 from trainer.results import baselines as bl
+from trainer.results.finding import Finding, final_loss, fmt_seeds, line
 from trainer.results.metrics import above, beyond, finite, interval
 from trainer.results.runs import MIN_SEEDS, Reference
 
@@ -63,56 +62,19 @@ TOKEN_NORMS = ("layer", "rms", "dyt", "none")
 BN_NORMS = ("batch", "masked_batch")
 
 
-@dataclass
-class Finding:
-    id: str
-    claim: str
-    metric: str
-    falsifier: str  # the result that would have shown the claim false
-    plot: str | None = None  # relative to the reference root
-    parts: list[tuple[str, bool]] = field(default_factory=list)
-    lines: list[str] = field(default_factory=list)  # measured values, one markdown line each
-    missing: list[str] = field(default_factory=list)
-
-    @property
-    def verdict(self) -> str:
-        if self.missing:
-            return "not run"
-        shown = [ok for _, ok in self.parts]
-        return "yes" if all(shown) else ("partly" if any(shown) else "no")
-
-
-def _fmt_seeds(values: dict) -> str:
-    iv = interval(v for v in values.values())
-    per = " / ".join("n/a" if v is None else ("∞" if math.isinf(v) else f"{v:.4g}")
-                     for _, v in sorted(values.items()))
-    return f"{iv if iv else 'n/a'} (per seed: {per})"
-
-
-def _line(name: str, values: dict) -> str:
-    return f"{name}: {_fmt_seeds(values)}"
-
-
-def _loss(run) -> float | None:
-    """Final eval loss; a diverged run counts as infinitely bad."""
-    if run.status == "diverged":
-        return math.inf
-    return finite(run.summary.get("final_eval_loss"))
-
-
 def scale(ref: Reference) -> Finding:
     f = Finding("S", "At this scale the healthy model (Pre-LN + residual) learns: it ends clearly "
                 "below the bigram table, so the variants are compared on a model that uses context",
                 "final eval loss vs unigram/bigram cross-entropy of the same eval tokens",
                 f"Pre-LN's mean eval loss above bigram − {HEALTHY_BELOW_BIGRAM}",
                 plot="grid/plots/loss.png")
-    loss = ref.per_seed(f, "grid", _loss, norm="layer", **BASE)
+    loss = ref.per_seed(f, "grid", final_loss, norm="layer", **BASE)
     base = ref.baselines("grid")
     if f.missing or base is None:
         f.missing = f.missing or ["grid/baselines.json"]
         return f
     iv = interval(loss.values())
-    f.lines += [_line("Pre-LN + residual", loss),
+    f.lines += [line("Pre-LN + residual", loss),
                 f"unigram {base['unigram']:.4g}, bigram {base['bigram']:.4g} nats"]
     f.parts.append(("below bigram by the margin", iv.mean <= base["bigram"] - HEALTHY_BELOW_BIGRAM))
     return f
@@ -128,7 +90,7 @@ def f1(ref: Reference) -> Finding:
            for n in TOKEN_NORMS + BN_NORMS}
     if f.missing:
         return f
-    f.lines += [_line(n, v) for n, v in inv.items()]
+    f.lines += [line(n, v) for n, v in inv.items()]
     f.parts.append(("per-token norms invariant",
                     all(beyond(inv[n], INVARIANT_MAX, "below") for n in TOKEN_NORMS)))
     f.parts.append(("batch norms depend on the batch",
@@ -172,9 +134,9 @@ def f2(ref: Reference) -> Finding:
         f.missing.append(f"analysis/batch_size.csv: layer on {MIN_SEEDS} seeds")
     if f.missing:
         return f
-    f.lines.append(_line("layer, training − inference mode", ln))
-    f.lines += [_line(f"{n}, EMA statistics", ema[n]) for n in BN_NORMS]
-    f.lines += [_line(f"{n}, population statistics", pop[n]) for n in BN_NORMS]
+    f.lines.append(line("layer, training − inference mode", ln))
+    f.lines += [line(f"{n}, EMA statistics", ema[n]) for n in BN_NORMS]
+    f.lines += [line(f"{n}, population statistics", pop[n]) for n in BN_NORMS]
     f.parts.append(("LN: no gap", beyond({s: abs(v) for s, v in ln.items()}, GAP_ZERO, "below")))
     f.parts.append(("BN: a gap that population statistics do not remove",
                     beyond(pop["batch"], GAP_MIN, "above")))
@@ -191,7 +153,7 @@ def f3(ref: Reference) -> Finding:
                             norm=n, **BASE) for n in BN_NORMS}
     if f.missing:
         return f
-    f.lines += [_line(n, v) for n, v in loss.items()]
+    f.lines += [line(n, v) for n, v in loss.items()]
     f.lines.append(f"pad fraction of the training stream: {ref.pad_fraction('grid'):.1%}")
     f.parts.append(("masked BN ends better", above(loss["batch"], loss["masked_batch"], LOSS_MARGIN)))
     return f
@@ -211,13 +173,13 @@ def f4(ref: Reference) -> Finding:
     at = {(r, when): ref.per_seed(f, "grid", (lambda run, w=when: run.eval_at(tag, w)), norm="layer",
                                   residual=r, placement="pre")
           for r in ("true", "false") for when in ("first", "last")}
-    loss = {r: ref.per_seed(f, "grid", _loss, norm="layer", residual=r, placement="pre")
+    loss = {r: ref.per_seed(f, "grid", final_loss, norm="layer", residual=r, placement="pre")
             for r in ("true", "false")}
     if f.missing:
         return f
     for (r, when), v in at.items():
-        f.lines.append(_line(f"residual={r}, {'step 0' if when == 'first' else 'final'}", v))
-    f.lines += [_line(f"eval loss, residual={r}", v) for r, v in loss.items()]
+        f.lines.append(line(f"residual={r}, {'step 0' if when == 'first' else 'final'}", v))
+    f.lines += [line(f"eval loss, residual={r}", v) for r, v in loss.items()]
     f.parts.append(("collapsed at init without residual",
                     above(at[("true", "first")], at[("false", "first")], COLLAPSE_MARGIN)))
     f.parts.append(("trains worse without residual", above(loss["false"], loss["true"], LOSS_MARGIN)))
@@ -248,7 +210,7 @@ def f5(ref: Reference) -> Finding:
     runs = {n: ref.select(f, "lr_slice", norm=n, placement="pre") for n in ("layer", "none")}
     if f.missing:
         return f
-    f.lines += [_line(f"growth, {n}", v) for n, v in g.items()]
+    f.lines += [line(f"growth, {n}", v) for n, v in g.items()]
     share = {}
     for n, rs in runs.items():
         bad = [r for r in rs if _fragile(r)]
@@ -277,17 +239,17 @@ def f6(ref: Reference) -> Finding:
                 f"not below bigram, or Post-LN's init ratio ≤ {PROFILE_GROWTH}",
                 plot="lr_slice/plots/loss.png")
     w = ref.warmups("lr_slice")
-    loss = {(p, x): ref.per_seed(f, "lr_slice", _loss, norm="layer", placement=p, warmup_steps=x)
+    loss = {(p, x): ref.per_seed(f, "lr_slice", final_loss, norm="layer", placement=p, warmup_steps=x)
             for p in ("pre", "post") for x in w}
     profile = ref.grad_profile(f, "init")
     base = ref.baselines("lr_slice")
     if f.missing:
         return f
     for (p, x), v in loss.items():
-        f.lines.append(_line(f"{p}-LN, warm-up {x}", v))
+        f.lines.append(line(f"{p}-LN, warm-up {x}", v))
     for init, ratios in sorted(profile.items()):
         f.lines.append(f"init ratio, {init}: " + ", ".join(
-            f"{p} {_fmt_seeds(v)}" for p, v in sorted(ratios.items())))
+            f"{p} {fmt_seeds(v)}" for p, v in sorted(ratios.items())))
     zero, warm = min(w), max(w)
     f.parts.append(("Post-LN needs warm-up", above(loss[("post", zero)], loss[("post", warm)],
                                                    WARMUP_MARGIN)))
@@ -338,10 +300,10 @@ def f7(ref: Reference) -> Finding:
         return f
     for norm in norms:
         for mode in ("train", "inference"):
-            f.lines.append(_line(f"{norm}, {mode} mode, max − min over B", spread(norm, mode)))
-        f.lines.append(_line(f"{norm}, training mode, loss(B=1) − loss(B=64)", small_gap(norm)))
+            f.lines.append(line(f"{norm}, {mode} mode, max − min over B", spread(norm, mode)))
+        f.lines.append(line(f"{norm}, training mode, loss(B=1) − loss(B=64)", small_gap(norm)))
         for mode in ("train", "inference"):  # reported, not part of the verdict
-            f.lines.append(_line(f"{norm}, single-token batches (B = 1, T = 1), {mode} mode", {
+            f.lines.append(line(f"{norm}, single-token batches (B = 1, T = 1), {mode} mode", {
                 r["seed"]: float(r["loss"]) for r in rows
                 if r["norm"] == norm and r["mode"] == mode and r["batch_size"] == "1x1"}))
     f.parts.append(("LN flat in both modes", all(beyond(spread("layer", m), FLAT_MAX, "below")
@@ -356,8 +318,15 @@ def f7(ref: Reference) -> Finding:
 CLAIMS = (scale, f1, f2, f3, f4, f5, f6, f7)
 
 
+def all_claims() -> tuple:
+    """Every claim in page order: this module's, then the other claim modules'."""
+    from trainer.results import findings_batch, findings_stream
+
+    return CLAIMS + findings_batch.CLAIMS + findings_stream.CLAIMS
+
+
 def measure(ref: Reference) -> list[Finding]:
-    return [claim(ref) for claim in CLAIMS]
+    return [claim(ref) for claim in all_claims()]
 
 
 def render(ref: Reference, findings: list[Finding]) -> str:

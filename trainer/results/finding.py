@@ -1,0 +1,50 @@
+"""One claim's measurement: the ``Finding`` record and the formatting every claim module shares.
+
+A claim module (``findings``, ``findings_batch``, ``findings_stream``) defines functions
+``claim(ref: Reference) -> Finding`` and lists them in its ``CLAIMS``; ``findings.measure`` runs
+them all and ``report`` renders them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from trainer.results.metrics import finite, interval
+
+
+@dataclass
+class Finding:
+    id: str
+    claim: str
+    metric: str
+    falsifier: str  # the result that would have shown the claim false
+    plot: str | None = None  # relative to the reference root
+    parts: list[tuple[str, bool]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)  # measured values, one markdown line each
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        if self.missing:
+            return "not run"
+        shown = [ok for _, ok in self.parts]
+        return "yes" if all(shown) else ("partly" if any(shown) else "no")
+
+
+def fmt_seeds(values: dict) -> str:
+    iv = interval(v for v in values.values())
+    per = " / ".join("n/a" if v is None else ("∞" if math.isinf(v) else f"{v:.4g}")
+                     for _, v in sorted(values.items()))
+    return f"{iv if iv else 'n/a'} (per seed: {per})"
+
+
+def line(name: str, values: dict) -> str:
+    return f"{name}: {fmt_seeds(values)}"
+
+
+def final_loss(run) -> float | None:
+    """Final eval loss; a diverged run counts as infinitely bad."""
+    if run.status == "diverged":
+        return math.inf
+    return finite(run.summary.get("final_eval_loss"))
