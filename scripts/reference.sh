@@ -5,8 +5,8 @@
 # soon as it finishes. Run from a clean checkout: the runs record the commit they came from.
 #
 # Usage: scripts/reference.sh [PART ...] [--parallel N]     (default: every part, --parallel 2)
-#   PART: grid_a grid_b grid_c grid_d lr calibration init analysis findings
-#   (analysis reproduces grid_a's LN and BN runs to get their final checkpoints, ~15 min)
+#   PART: grid_a grid_b grid_c grid_d lr calibration pad_to_max small_batch dyt init analysis findings
+#   (analysis reproduces 12 grid runs to get their final checkpoints, ~35 min)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_python.sh"
 parts=() args=()
@@ -17,7 +17,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ ${#args[@]} -eq 0 ]] && args=(--parallel 2)
-[[ ${#parts[@]} -eq 0 ]] && parts=(grid_a grid_b grid_c grid_d lr calibration init analysis findings)
+[[ ${#parts[@]} -eq 0 ]] && parts=(grid_a grid_b grid_c grid_d lr calibration pad_to_max small_batch dyt init analysis findings)
 out=results/reference
 for part in "${parts[@]}"; do
   echo "== reference part: $part ($(date +%H:%M:%S))"
@@ -28,18 +28,24 @@ for part in "${parts[@]}"; do
       "$PYTHON" -m trainer sweep --config configs/sweeps/reference_lr.yaml --out "$out/lr_slice" "${args[@]}" ;;
     calibration)
       "$PYTHON" -m trainer sweep --config configs/sweeps/calibration.yaml --out "$out/calibration" "${args[@]}" ;;
+    pad_to_max|small_batch|dyt)
+      "$PYTHON" -m trainer sweep --config "configs/sweeps/reference_$part.yaml" --out "$out/$part" "${args[@]}" ;;
     init)
       "$PYTHON" -m trainer analyze grad-profile --config configs/reference.yaml --out "$out/init" ;;
     analysis)
-      # F7 reads final checkpoints, which are not committed: each run is reproduced into
-      # runs/ckpt/ (verified IDENTICAL or WITHIN TOLERANCE on the way), then analysed.
-      runs=()
-      for n in layer batch; do for s in "" ",seed=1" ",seed=2"; do
-        r="norm=$n,residual=true,placement=pre$s"
-        [[ -f "runs/ckpt/$r/summary.json" ]] || "$PYTHON" -m trainer reproduce "$out/grid/$r" --out "runs/ckpt/$r"
-        runs+=("runs/ckpt/$r")
-      done; done
-      "$PYTHON" -m trainer analyze batch-size "${runs[@]}" --out "$out/analysis" ;;
+      # The analyses read final checkpoints, which are not committed: each grid run they need is
+      # reproduced into runs/ckpt/ (verified IDENTICAL or WITHIN TOLERANCE on the way).
+      ckpt() {  # ckpt NORM RESIDUAL: the three seeds' checkpointed run dirs -> $CK
+        CK=()
+        for s in "" ",seed=1" ",seed=2"; do
+          local r="norm=$1,residual=$2,placement=pre$s"
+          [[ -f "runs/ckpt/$r/summary.json" ]] || "$PYTHON" -m trainer reproduce "$out/grid/$r" --out "runs/ckpt/$r"
+          CK+=("runs/ckpt/$r")
+        done
+      }
+      ckpt layer true; ln=("${CK[@]}"); ckpt batch true; bn=("${CK[@]}")
+      ckpt rms true; rms=("${CK[@]}"); ckpt layer false; ln_nores=("${CK[@]}")
+      "$PYTHON" -m trainer analyze batch-size "${ln[@]}" "${bn[@]}" --out "$out/analysis" ;;
     findings)
       "$PYTHON" -m trainer findings "$out" > /dev/null && echo "wrote results/README.md" ;;
     *) echo "error: unknown part '$part'" >&2; exit 2 ;;
