@@ -15,9 +15,11 @@ from tests.conftest import TINY
 ROOT = Path(__file__).resolve().parents[1]
 
 # Allocate, free and reallocate a 128 MiB buffer (the size of the default config's logits);
-# count the page faults of the reallocations.
+# count the page faults of the reallocations. Importing trainer alone must not change the
+# process's allocator ({setup} empty); a run applies the settings where it starts.
 FAULTS = """
-import resource, numpy as np, trainer
+import resource, numpy as np, trainer, trainer.memory
+{setup}
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 a = np.ones(1 << 25, np.float32); del a
@@ -35,11 +37,14 @@ def _python(code: str, **env) -> str:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc settings")
-def test_importing_trainer_makes_big_buffers_reuse_their_pages():
-    tuned = int(_python(FAULTS))
-    default = int(_python(FAULTS, NORMLAB_MALLOC="default"))
+def test_run_allocator_settings_make_big_buffers_reuse_their_pages():
+    setup = "trainer.memory.keep_large_blocks()"
+    tuned = int(_python(FAULTS.format(setup=setup)))
+    default = int(_python(FAULTS.format(setup=setup), NORMLAB_MALLOC="default"))
+    imported = int(_python(FAULTS.format(setup="")))
     # default glibc: every reallocation is a fresh mmap, faulted in page by page
     assert default > 100 and tuned < default / 10, (tuned, default)
+    assert imported > 100, "importing trainer changed the allocator"
 
 
 @pytest.mark.slow

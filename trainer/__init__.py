@@ -6,10 +6,6 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from trainer.memory import keep_large_blocks  # noqa: E402
-
-keep_large_blocks()  # XLA step buffers reuse heap pages instead of page-faulting each step
-
 __version__ = "0.1.0"
 
 

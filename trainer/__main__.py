@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import_tensorflow_quietly()
     from trainer.data.sources import DataError
+    from trainer.sweep import SweepFailed
     from trainer.train.rundir import RunBusyError
     try:
         if args.command == "train":
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     except RunIOError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_IO
-    except (ConfigError, DataError, RuntimeError) as e:
+    except (ConfigError, DataError, SweepFailed) as e:  # the project's own errors; others trace
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

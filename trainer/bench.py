@@ -360,8 +360,10 @@ def bench(config_path: str, overrides: list[str], out: Path, steps: int) -> dict
 
     from trainer.config import ConfigError, load_config, to_dict
     from trainer.data import prepare
+    from trainer.memory import keep_large_blocks
     from trainer.train.rundir import write_json
 
+    keep_large_blocks()  # as a training run does: measure the allocator the runs use
     if steps < 1:
         raise ConfigError(f"--steps must be >= 1, got {steps}")
     tf = trainer.import_tensorflow_quietly()

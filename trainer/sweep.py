@@ -26,6 +26,10 @@ from trainer.config import ConfigError, load_config, network_key
 SAFE_NAME = re.compile(r"[\w,=+-][\w.,=+-]*")
 
 
+class SweepFailed(Exception):
+    """Some variants of a sweep failed (their logs say why); the others' tables were written."""
+
+
 @dataclass
 class SweepSpec:
     base: str = "../base.yaml"  # experiment config every variant extends (relative to the spec)
@@ -179,6 +183,6 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     with writing("sweep tables", root):
         summarize(root)
     if ended["failed"]:
-        raise RuntimeError(f"{len(ended['failed'])} variant(s) failed: "
+        raise SweepFailed(f"{len(ended['failed'])} variant(s) failed: "
                            f"{', '.join(ended['failed'])}")
     return root

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from trainer.data import prepare
 from trainer.faults import Stopped
 from trainer.models import BATCH_NORMS, build_model
-from trainer.memory import release_free_memory
+from trainer.memory import keep_large_blocks, release_free_memory
 from trainer.telemetry.precise_bn import BATCHES as PRECISE_BN_BATCHES, population_statistics
 from trainer.telemetry.probes import ProbeBatch, frozen_state, run_probes
 from trainer.telemetry.spikes import SpikeCounter
@@ -84,6 +84,7 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
     step with a checkpoint and ``Stopped`` (rerunning resumes).
     """
     run_dir = Path(run_dir)
+    keep_large_blocks()  # XLA step buffers reuse heap pages instead of page-faulting each step
     state = inspect_run_dir(run_dir, cfg)
     if state == "completed":
         return read_json(run_dir / "summary.json")

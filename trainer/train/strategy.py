@@ -7,6 +7,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from trainer.config import ConfigError
+
 
 def make_strategy(name: str) -> tf.distribute.Strategy:
     """auto: TPU if one is attached, several GPUs -> mirrored, else the default strategy."""
@@ -28,11 +30,11 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
     if name == "tpu":
         resolver = _tpu_resolver()
         if resolver is None:
-            raise RuntimeError("runtime.strategy=tpu but no TPU was found")
+            raise ConfigError("runtime.strategy=tpu but no TPU was found")
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)
-    raise ValueError(f"unknown runtime.strategy '{name}'")
+    raise ConfigError(f"unknown runtime.strategy '{name}'")
 
 
 def _tpu_attached() -> bool:
