@@ -65,6 +65,7 @@ def test_shipped_sweeps_expand_to_valid_configs():
 REFERENCE_PARTS = {"grid": ["reference_grid_a.yaml", "reference_grid_b.yaml",
                             "reference_grid_c.yaml", "reference_grid_d.yaml"],
                    "lr_slice": ["reference_lr.yaml"], "calibration": ["calibration.yaml"],
+                   "depth": ["reference_depth_2.yaml", "reference_depth_12.yaml"],
                    **{p: [f"reference_{p}.yaml"] for p in ("pad_to_max", "small_batch", "dyt")}}
 
 

@@ -4,6 +4,7 @@
   mid-training and the end, LayerNorm Pre-LN with and without residual, seeds faint around the
   mean. Read left to right for depth, light to dark for training: collapse present at init
   (before any learning) is not an effect of failing to train.
+- ``loss_by_depth.png`` (F11): final eval loss at 2, 6 and 12 blocks per variant.
 """
 
 from __future__ import annotations
@@ -64,6 +65,44 @@ def collapse_by_depth(ref, path: Path) -> Path | None:
     return path
 
 
+def loss_by_depth(ref, path: Path) -> Path | None:
+    """F11's figure: final eval loss vs number of blocks per variant, seeds as dots, mean line
+    (a diverged seed is drawn as a cross at the top); None without the depth sub-sweeps."""
+    from trainer.results.findings_depth import VARIANTS, depths, losses
+
+    ds = sorted({*depths(ref), ref.num_layers("grid")})
+    if len(ds) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.2), constrained_layout=True)
+    top = max((v for name, want in VARIANTS for d in ds
+               for v in losses(ref, None, want, d, quiet=True).values()
+               if v is not None and v != float("inf")), default=4.0) + 0.2
+    for (name, want), color in zip(VARIANTS, ("#1f77b4", "#ff7f0e", "#7f7f7f", "#2ca02c")):
+        means = []
+        for d in ds:
+            vals = [v for v in losses(ref, None, want, d, quiet=True).values() if v is not None]
+            finite = [v for v in vals if v != float("inf")]
+            ax.scatter([d] * len(finite), finite, color=color, alpha=0.35, s=14)
+            ax.scatter([d] * (len(vals) - len(finite)), [top] * (len(vals) - len(finite)),
+                       color=color, marker="x")
+            means.append(sum(vals) / len(vals) if vals and len(finite) == len(vals) else None)
+        xs = [d for d, m in zip(ds, means) if m is not None]
+        ax.plot(xs, [m for m in means if m is not None], "-o", color=color, lw=2, label=name)
+    base = ref.baselines("grid")
+    if base:
+        for key, style in (("unigram", ":"), ("bigram", "--")):
+            ax.axhline(base[key], color="k", ls=style, lw=1, label=f"{key} baseline")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ds, [str(d) for d in ds])
+    ax.set_xlabel("blocks")
+    ax.set_ylabel("final eval loss (nats)")
+    ax.set_title("F11: final loss vs depth (× = diverged)", loc="left")
+    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    save_figure(fig, path)
+    return path
+
+
 def write_claim_figures(ref) -> list[Path]:
-    out = [collapse_by_depth(ref, ref.root / "grid" / "plots" / "collapse_by_depth.png")]
+    out = [collapse_by_depth(ref, ref.root / "grid" / "plots" / "collapse_by_depth.png"),
+           loss_by_depth(ref, ref.root / "depth" / "plots" / "loss_by_depth.png")]
     return [p for p in out if p is not None]
