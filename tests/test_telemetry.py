@@ -157,5 +157,11 @@ def test_sweep_hparams_table_has_one_session_per_run(tmp_path):
     experiment = [plugin_data_pb2.HParamsPluginData.FromString(c).experiment
                   for c in acc.PluginTagToContent("hparams").values()]
     assert any({h.name for h in e.hparam_infos} >= {"norm", "residual"} for e in experiment)
+    # what TensorBoard's hparams backend serves: the swept axes first (checked by default)
+    from tensorboard.plugins.hparams.backend_context import _sort_and_reduce_to_hparams_limit
+
+    served = [e for e in experiment if e.hparam_infos][0]
+    _sort_and_reduce_to_hparams_limit(served)
+    assert [h.name for h in served.hparam_infos][:2] == ["norm", "residual"]
     table = (out / "summary.csv").read_text().splitlines()
     assert len(table) == 1 + len(runs)

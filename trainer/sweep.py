@@ -156,7 +156,10 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
         print(note, flush=True)
     root.mkdir(parents=True, exist_ok=True)
     if not list(root.glob("events.out.tfevents.*")):  # once per results dir, not per rerun
-        write_hparams_config(root, [k.split(".")[-1] for k in HPARAM_KEYS])
+        swept = [k for k in spec.grid if k in HPARAM_KEYS] + (
+            ["train.seed"] if len(spec.seeds) > 1 else [])
+        write_hparams_config(root, [k.split(".")[-1] for k in HPARAM_KEYS],
+                             swept=tuple(k.split(".")[-1] for k in swept))
     prepare(configs[0].data)  # build the dataset/tokenizer cache once, not in N processes
 
     commands = [[sys.executable, "-m", "trainer", "train", "--config", str(base),

@@ -107,13 +107,22 @@ def truncate_events(log_dir: Path, keep_below: int) -> None:
         f.unlink()
 
 
-def write_hparams_config(root: Path, hparam_names: list[str]) -> None:
-    """The experiment-level HParams config a sweep writes once at its results root."""
-    metrics = [hp.Metric(tag, group=group, display_name=f"{group}/{tag}")
-               for group, tag in HPARAM_METRICS]
+def write_hparams_config(root: Path, hparam_names: list[str], swept: tuple[str, ...] = ()) -> None:
+    """The experiment-level HParams config a sweep writes once at its results root.
+
+    ``swept`` names are marked ``differs``: TensorBoard (2.21) orders the table's columns by
+    (not differs, name) and checks only the first few by default, so without the mark the
+    sweep's own axes (``residual``, ``placement``) sorted alphabetically behind the constant
+    ones and started unchecked."""
+    from tensorboard.plugins.hparams import api_pb2, summary as hp_summary
+
+    infos = [api_pb2.HParamInfo(name=n, differs=n in swept) for n in hparam_names]
+    metrics = [api_pb2.MetricInfo(name=api_pb2.MetricName(group=group, tag=tag),
+                                  display_name=f"{group}/{tag}") for group, tag in HPARAM_METRICS]
     writer = tf.summary.create_file_writer(str(root))
     with writer.as_default(step=0):
-        hp.hparams_config(hparams=[hp.HParam(n) for n in hparam_names], metrics=metrics)
+        tf.summary.experimental.write_raw_pb(
+            hp_summary.experiment_pb(infos, metrics).SerializeToString(), step=0)
     writer.close()
 
 
