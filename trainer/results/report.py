@@ -20,7 +20,7 @@ def _setting(ref) -> str:
             f"FFN {c.model.ffn_dim}, vocabulary {c.data.vocab_size} (byte-level BPE), "
             f"{c.train.steps} steps of {c.data.tokens_per_batch} tokens, lr {c.train.lr:g}, "
             f"init `{c.model.init}`, embedded Wikipedia sample, 2 CPU cores; "
-            f"{len(ref.runs)} runs; code at {', '.join(ref.git_shas())}.")
+            f"{len(ref.runs)} runs (commits per sub-sweep under Provenance).")
 
 
 def _run_baselines(ref, run) -> dict | None:
@@ -43,6 +43,14 @@ def _calibration(ref) -> list[str]:
             f"| {b['unigram']:.3f} | {b['bigram']:.3f} | {loss:.3f} | {gap} |" if b and loss is not None
             else f"| `{Path(run.name).name}` | {c.data.vocab_size} | … | | | | | {run.status} | n/a |")
     return lines
+
+
+def _provenance(ref) -> list[str]:
+    """Each sub-sweep's runs and the commit(s) they were made from (one clean commit each)."""
+    lines = ["| sub-sweep | runs | made from commit |", "|---|---|---|"]
+    for group, runs in sorted(ref.groups.items()):
+        lines.append(f"| `{group}` | {len(runs)} | {', '.join(f'`{s[:12]}`' for s in ref.git_shas(group))} |")
+    return lines if ref.groups else ["No reference runs yet."]
 
 
 def _plateau(ref) -> list[str]:
@@ -90,5 +98,6 @@ def render_page(ref, findings) -> str:
         if f.plot and (ref.root / f.plot).is_file():
             lines += ["", f"![{f.id}]({name}/{f.plot})"]
     lines += ["", "## Calibration: the scale", "", *_calibration(ref),
-              "", "## Runs at the plateau", "", *_plateau(ref)]
+              "", "## Runs at the plateau", "", *_plateau(ref),
+              "", "## Provenance", "", *_provenance(ref)]
     return "\n".join(lines) + "\n"

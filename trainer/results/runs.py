@@ -90,9 +90,11 @@ class Reference:
             row["seed"] = int(row["seed"])
         return rows
 
-    def git_shas(self) -> list[str]:
+    def git_shas(self, group: str | None = None) -> list[str]:
+        """The commits the runs (of ``group``, or all) were made from; "(dirty)" marks a run
+        made from a modified tree."""
         shas = set()
-        for run in self.runs:
+        for run in self.groups.get(group, []) if group else self.runs:
             try:
                 meta = json.loads((run.path / "meta.json").read_text())
             except (OSError, ValueError):
