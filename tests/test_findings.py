@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from trainer.config import load_config, to_yaml
-from trainer.results import findings as F
+from trainer.results import findings as F, findings_stream as FS
 from trainer.results.runs import Reference
 from trainer.telemetry.tensorboard import RunWriters
 
@@ -35,6 +35,10 @@ def _healthy_grid(norm: str, residual: str) -> dict:
         "rank1": (0.9, 0.8) if residual == "true" else (0.05, 0.02),
         "growth": 5.0 if norm == "none" else 1.0,
     }
+
+
+# F14: α -> (final loss, final saturation of the saturated block); 1.0 sits at the unigram plateau
+DYT_HEALTHY = {0.05: (2.4, 0.0), 0.2: (2.2, 0.02), 0.5: (2.3, 0.1), 1.0: (3.1, 0.6)}
 
 
 def _write_run(path: Path, overrides: list[str], summary: dict, train: dict, evals: dict) -> None:
@@ -86,7 +90,19 @@ def build(root: Path, change=lambda kind, key, values: values, seeds=SEEDS) -> R
             _write_run(root / "lr_slice" / name,
                        [f"model.norm={norm}", f"model.placement={placement}",
                         f"train.warmup_steps={warmup}", f"train.seed={seed}"], summary, {}, {})
-    for group in ("grid", "lr_slice"):
+    for alpha, (loss, sat) in DYT_HEALTHY.items():
+        for seed in seeds:
+            v = change("dyt", (alpha, seed), {"loss": loss, "saturation": sat})
+            summary = ({"status": "diverged", "diverged_step": 7} if math.isinf(v["loss"]) else
+                       {"status": "completed", "final_eval_loss": v["loss"] + 0.001 * seed})
+            tags = [f"probe/dyt_saturation/block_{i}" for i in range(LAYERS)]
+            # step 0 never saturates; at the end only the last block does (None: no probe)
+            evals = {0: dict.fromkeys(tags, 0.0), steps: {
+                **dict.fromkeys(tags[:-1], 0.0), tags[-1]: v["saturation"], "loss": v["loss"]}}
+            _write_run(root / "dyt" / (f"dyt_alpha={alpha}" + (f",seed={seed}" if seed else "")),
+                       ["model.norm=dyt", f"model.dyt_alpha={alpha}", f"train.seed={seed}"],
+                       summary, {}, evals if v["saturation"] is not None else {})
+    for group in ("grid", "lr_slice", "dyt"):
         (root / group / "baselines.json").write_text(json.dumps(BASELINES))
     (root / "init").mkdir()
     with open(root / "init" / "grad_profile.csv", "w", newline="") as fh:
@@ -123,8 +139,13 @@ def healthy(tmp_path_factory):
     return verdicts(build(tmp_path_factory.mktemp("ref") / "reference"))
 
 
+# claims whose synthetic reference is built by their own test module
+OWN_MODULE = {"F11": "tests/test_findings_depth.py"}
+
+
 def test_every_claim_shows_on_the_healthy_set(healthy):
-    assert healthy == {c: "yes" for c in ("S", "F1", "F2", "F3", "F4", "F5", "F6", "F7")}
+    assert {"S", "F1", "F7", *OWN_MODULE} <= set(healthy)
+    assert healthy == {c: "not run" if c in OWN_MODULE else "yes" for c in healthy}
 
 
 def _set(kind_, match, **new):
@@ -144,6 +165,8 @@ FLIPS = {
     "F6": _set("init", lambda k: k[0] == "post", ratio=F.PROFILE_GROWTH * 0.9),
     "F7": _set("bs", lambda k: k[0] == "layer",
                inference={1: 2.3 + 2 * F.FLAT_MAX, **{b: 2.3 for b in (2, 4, 8, 16, 64)}}),
+    # the plateau α: one seed's saturation just below SATURATED_MIN
+    "F14": _set("dyt", lambda k: k == (1.0, 1), saturation=FS.SATURATED_MIN - 0.01),
 }
 
 
@@ -199,3 +222,42 @@ def test_f7_needs_bn_to_suffer_at_small_batches(tmp_path):
     change = _set("bs", lambda k: k[0] == "batch",
                   train={b: 2.3 + F.SMALL_BATCH_GAP / 2 / b for b in (1, 2, 4, 8, 16, 64)})
     assert verdicts(build(tmp_path / "reference", change))["F7"] == "partly"
+
+
+F14_FLIPS = {
+    # (a): no α ends below bigram (every α between bigram and the unigram plateau)
+    "none below bigram": _set("dyt", lambda k: k[0] != 1.0, loss=BASELINES["bigram"] + 0.05),
+    # (b): a trained α saturated on one seed
+    "trained but saturated": _set("dyt", lambda k: k == (0.2, 2), saturation=FS.SATURATED_MIN),
+    # (b): one seed of the plateau α just below SATURATED_MIN
+    "plateau unsaturated": FLIPS["F14"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(F14_FLIPS))
+def test_f14_flips_on_either_part(case, tmp_path):
+    assert FS.f14(build(tmp_path / "reference", F14_FLIPS[case])).verdict == "partly"
+
+
+def test_f14_saturated_min_is_inclusive_and_reads_the_final_probe(tmp_path):
+    """>= SATURATED_MIN counts as saturated; step 0's 0.0 and the unsaturated blocks are ignored."""
+    change = _set("dyt", lambda k: k[0] == 1.0, saturation=FS.SATURATED_MIN)  # 0.25: exact in float32
+    assert FS.f14(build(tmp_path / "reference", change)).verdict == "yes"
+
+
+def test_f14_missing_runs_or_probe_read_not_run(tmp_path):
+    ref = build(tmp_path / "a" / "reference", seeds=(0, 1))
+    assert FS.f14(ref).verdict == "not run"
+    no_probe = _set("dyt", lambda k: k == (0.5, 0), saturation=None)
+    f = FS.f14(build(tmp_path / "b" / "reference", no_probe))
+    assert f.verdict == "not run" and any("dyt_saturation" in m for m in f.missing)
+
+
+def test_f14_figure(tmp_path):
+    from trainer.results.claim_figures import saturation_by_alpha
+
+    ref = build(tmp_path / "reference")
+    path = saturation_by_alpha(ref, ref.root / "dyt" / "plots" / "saturation.png")
+    assert path is not None and path.stat().st_size > 0
+    (tmp_path / "empty").mkdir()
+    assert saturation_by_alpha(Reference(tmp_path / "empty"), tmp_path / "x.png") is None

@@ -16,7 +16,9 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from tests.conftest import TINY
 from trainer.config import load_config
 from trainer.results.events import read_scalars
-from trainer.telemetry.probes import mean_pairwise_cosine
+from trainer.models.norms import make_norm
+from trainer.results.findings_stream import SATURATION_X
+from trainer.telemetry.probes import dyt_saturation, mean_pairwise_cosine
 from trainer.train.loop import run_training
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +38,7 @@ EVAL_TAGS = ["loss", "perplexity", "loss_train_mode", "probe/batch_invariance",
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("telemetry")
     out = {}
-    for norm in ("layer", "batch"):
+    for norm in ("layer", "batch", "dyt"):
         cfg = load_config(None, [*TINY, f"model.num_layers={LAYERS}", f"model.norm={norm}"])
         run_training(cfg, root / f"norm={norm}", argv=["test"], progress=False)
         out[norm] = root / f"norm={norm}"
@@ -65,6 +67,33 @@ def test_required_tags_exist_and_are_finite(runs, norm):
     assert all(0 < v < 1 for _, v in train["update_ratio/global"][1:])
     for i in range(LAYERS):
         assert all(-1 <= v <= 1 for _, v in ev[f"probe/token_cosine/block_{i}"])
+
+
+def test_dyt_saturation_probe_only_for_dyt(runs):
+    dyt, ln = read_scalars(runs["dyt"] / "eval"), read_scalars(runs["layer"] / "eval")
+    for i in range(LAYERS):
+        values = [v for _, v in dyt[f"probe/dyt_saturation/block_{i}"]]
+        assert len(values) >= 2 and all(0.0 <= v <= 1.0 for v in values)
+    assert not any(t.startswith("probe/dyt_saturation") for t in ln)
+
+
+def test_dyt_saturation_counts_tails_of_the_current_alpha():
+    layer = make_norm("dyt", dyt_alpha=0.5)
+    x = np.full((2, 4, 8), 0.1, np.float32)
+    mask = np.ones((2, 4), np.float32)
+    layer(x, padding_mask=mask)  # builds alpha
+    assert dyt_saturation(layer, x, mask) == 0.0
+    assert dyt_saturation(layer, x * 1e4, mask) == 1.0
+    edge = np.full_like(x, 1.1 * SATURATION_X / 0.5)  # just past the threshold at alpha 0.5
+    assert dyt_saturation(layer, edge, mask) == 1.0
+    layer.alpha.assign(0.4)  # the learned alpha moved: the same inputs are back inside
+    assert dyt_saturation(layer, edge, mask) == 0.0
+    pads = x.copy()
+    pads[1, 2:] = 1e4  # huge values only at padded positions do not count
+    mask[1, 2:] = 0.0
+    assert dyt_saturation(layer, pads, mask) == 0.0
+    pads[0, 0, :4] = 1e4  # half the features of one of 6 real tokens
+    assert dyt_saturation(layer, pads, mask) == pytest.approx(4 / (6 * 8))
 
 
 def test_layer_norm_output_is_standardised_per_token(runs):

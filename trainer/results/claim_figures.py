@@ -5,6 +5,8 @@
   mean. Read left to right for depth, light to dark for training: collapse present at init
   (before any learning) is not an effect of failing to train.
 - ``loss_by_depth.png`` (F11): final eval loss at 2, 6 and 12 blocks per variant.
+- ``saturation.png`` (F14): final eval loss and final DyT saturation vs initial α, seeds as
+  points, mean as line, with the baselines and ``SATURATED_MIN`` drawn in.
 """
 
 from __future__ import annotations
@@ -102,7 +104,52 @@ def loss_by_depth(ref, path: Path) -> Path | None:
     return path
 
 
+def saturation_by_alpha(ref, path: Path) -> Path | None:
+    """F14's figure from the ``dyt`` sub-sweep (× = diverged); None when it is not there."""
+    from trainer.results.finding import final_loss
+    from trainer.results.findings_stream import SATURATED_MIN, dyt_saturation
+
+    runs = ref.groups.get("dyt", [])
+    if not runs:
+        return None
+    layers = ref.num_layers("dyt")
+    alphas = sorted({float(r.cfg.model.dyt_alpha) for r in runs})
+    by = {a: [r for r in runs if float(r.cfg.model.dyt_alpha) == a] for a in alphas}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), constrained_layout=True)
+    color = NORM_COLORS["dyt"]
+    for ax, value in ((axes[0], final_loss), (axes[1], lambda r: dyt_saturation(r, layers))):
+        vals = {a: [value(r) for r in by[a]] for a in alphas}
+        finite = [v for vs in vals.values() for v in vs if v is not None and v != float("inf")]
+        top = max(finite, default=1.0) * 1.05
+        for a, vs in vals.items():
+            ok = [v for v in vs if v is not None and v != float("inf")]
+            ax.scatter([a] * len(ok), ok, color=color, alpha=0.4, s=16)
+            bad = [v for v in vs if v == float("inf")]
+            ax.scatter([a] * len(bad), [top] * len(bad), color=color, marker="x")
+        means = [(a, sum(vs) / len(vs)) for a, vs in vals.items()
+                 if vs and None not in vs and float("inf") not in vs]
+        ax.plot([a for a, _ in means], [m for _, m in means], "-o", color=color, lw=2, label="mean")
+        ax.set_xscale("log")
+        ax.set_xticks(alphas, [f"{a:g}" for a in alphas])
+        ax.set_xlabel("initial α (model.dyt_alpha)")
+    base = ref.baselines("dyt")
+    if base:
+        for key, style in (("unigram", ":"), ("bigram", "--")):
+            axes[0].axhline(base[key], color="k", ls=style, lw=1, label=f"{key} baseline")
+    axes[1].axhline(SATURATED_MIN, color="k", ls="--", lw=1, label=f"saturated (≥ {SATURATED_MIN:g})")
+    axes[0].set_ylabel("final eval loss (nats)")
+    axes[1].set_ylabel("final saturation (max over blocks)")
+    axes[1].set_ylim(-0.02, 1.02)
+    axes[0].set_title("F14: DyT loss vs α (× = diverged)", loc="left")
+    axes[1].set_title("share of |α·x| in tanh's flat tails", loc="left")
+    for ax in axes:
+        ax.legend(frameon=False)
+    save_figure(fig, path)
+    return path
+
+
 def write_claim_figures(ref) -> list[Path]:
     out = [collapse_by_depth(ref, ref.root / "grid" / "plots" / "collapse_by_depth.png"),
-           loss_by_depth(ref, ref.root / "depth" / "plots" / "loss_by_depth.png")]
+           loss_by_depth(ref, ref.root / "depth" / "plots" / "loss_by_depth.png"),
+           saturation_by_alpha(ref, ref.root / "dyt" / "plots" / "saturation.png")]
     return [p for p in out if p is not None]

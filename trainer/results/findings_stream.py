@@ -39,3 +39,69 @@ SATURATION_X = 3.0
 SATURATED_MIN = 0.25
 
 CLAIMS: tuple = ()
+
+
+# ---- F14 (imports kept with the claim so the claims above can add theirs without conflict) ----
+import math  # noqa: E402
+
+from trainer.results.baselines import PLATEAU_MARGIN, at_plateau  # noqa: E402
+from trainer.results.finding import Finding, final_loss, line  # noqa: E402
+from trainer.results.metrics import beyond, interval  # noqa: E402
+
+DYT_ALPHAS = (0.05, 0.2, 0.5, 1.0)  # configs/sweeps/reference_dyt.yaml
+
+
+def dyt_saturation(run, layers: int) -> float | None:
+    """Final saturation of a DyT run: max over blocks of ``probe/dyt_saturation/block_i``."""
+    xs = [run.probe(f"probe/dyt_saturation/block_{i}") for i in range(layers)]
+    return None if None in xs else max(xs)
+
+
+def _at_least(values: dict, threshold: float) -> bool:
+    """Every seed and the whole interval >= threshold (``beyond`` with the claim's >=)."""
+    xs = list(values.values())
+    iv = interval(xs)
+    return bool(xs) and None not in xs and all(x >= threshold for x in xs) and iv.lo >= threshold
+
+
+def f14(ref) -> Finding:
+    f = Finding("F14", "DyT (γ·tanh(α·x) + β) trains where α keeps tanh out of saturation",
+                "per initial α (`model.dyt_alpha`; Pre placement + residual): final eval loss "
+                "and final saturation, the largest share over blocks of real tokens' features "
+                f"with |α·x| > {SATURATION_X:g} at the first norm (`probe/dyt_saturation`, α the "
+                "learned value)",
+                "no α ending below bigram on every seed; or an α at the unigram plateau (mean "
+                f"within {PLATEAU_MARGIN} nats) with saturation < {SATURATED_MIN} on some seed; or "
+                f"an α below bigram with saturation ≥ {SATURATED_MIN} on some seed",
+                plot="dyt/plots/saturation.png")
+    layers = ref.num_layers("dyt")
+    runs = {a: ref.per_seed(f, "dyt", lambda r: r, dyt_alpha=a) for a in DYT_ALPHAS}
+    loss = {a: {s: final_loss(r) for s, r in rs.items()} for a, rs in runs.items()}
+    sat = {a: {s: dyt_saturation(r, layers) for s, r in rs.items()} for a, rs in runs.items()}
+    base = ref.baselines("dyt")
+    if base is None:
+        f.missing.append("dyt/baselines.json")
+    for a in DYT_ALPHAS:  # a run that ended without its numbers (not a diverged one) is missing
+        if any(v is None for v in loss[a].values()):
+            f.missing.append(f"dyt: dyt_alpha={a} without a final eval loss")
+        if any(v is None and loss[a].get(s) != math.inf for s, v in sat[a].items()):
+            f.missing.append(f"dyt: dyt_alpha={a} without probe/dyt_saturation")
+    if f.missing:
+        return f
+    f.lines.append(f"unigram {base['unigram']:.4g}, bigram {base['bigram']:.4g} nats")
+    for a in DYT_ALPHAS:
+        f.lines += [line(f"α = {a}, final eval loss", loss[a]),
+                    line(f"α = {a}, final saturation", sat[a])]
+    plateau = [a for a in DYT_ALPHAS if at_plateau(interval(loss[a].values()).mean, base)]
+    below = [a for a in DYT_ALPHAS if all(x < base["bigram"] for x in loss[a].values())]
+    f.lines.append(f"at the unigram plateau: α ∈ {{{', '.join(map(str, plateau))}}}; "
+                   f"below bigram on every seed: α ∈ {{{', '.join(map(str, below))}}}")
+    f.parts.append(("some α ends below bigram",
+                    any(beyond(loss[a], base["bigram"], "below") for a in DYT_ALPHAS)))
+    f.parts.append(("saturated at the plateau, unsaturated where it trains",
+                    all(_at_least(sat[a], SATURATED_MIN) for a in plateau)
+                    and all(beyond(sat[a], SATURATED_MIN, "below") for a in below)))
+    return f
+
+
+CLAIMS = CLAIMS + (f14,)

@@ -4,7 +4,9 @@
   (LayerNorm-like norms: 0; BatchNorm in training mode: > 0);
 - token cosine per block: mean pairwise cosine of a sequence's token vectors (-> 1: rank collapse);
 - rank-1 residual per block: ||X - 1 mean^T|| / ||X|| of a sequence's tokens (-> 0: rank collapse);
-- BN statistic drift per block: |batch moments - running moments| of each block's first norm.
+- BN statistic drift per block: |batch moments - running moments| of each block's first norm;
+- DyT saturation per block: share of real tokens' features of the first norm's input with
+  |alpha * x| > ``SATURATION_X`` (tanh's flat tails; alpha is the layer's current value) (F14).
 
 Probes run eagerly on one small fixed batch (a few ms) so they add no compiled shapes, and any
 training-mode call restores the running statistics it touched.
@@ -18,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.models import BATCH_NORMS
+from trainer.results.findings_stream import SATURATION_X
 
 
 class ProbeBatch:
@@ -89,6 +92,15 @@ def rank_collapse_residual(x, mask) -> float:
     return float(np.mean(ratio[valid]))
 
 
+def dyt_saturation(norm, x, mask) -> float:
+    """Share of (real tokens x features) of ``x`` (B, T, C) that DyT layer ``norm`` maps into
+    tanh's flat tails: |alpha * x| > ``SATURATION_X``, with alpha the layer's current value."""
+    alpha = np.asarray(norm.alpha.numpy(), np.float64)  # scalar (or per feature)
+    x = tf.cast(x, tf.float32).numpy().astype(np.float64)
+    scaled = np.abs(alpha * x)[np.asarray(mask).astype(bool)]
+    return float(np.mean(scaled > SATURATION_X)) if scaled.size else 0.0
+
+
 def run_probes(model, probe: ProbeBatch) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """All probe scalars (eval/ tags) and per-block activation histograms."""
     scalars = {"probe/batch_invariance": batch_invariance(model, probe, training=True),
@@ -108,4 +120,7 @@ def run_probes(model, probe: ProbeBatch) -> tuple[dict[str, float], dict[str, np
             run_mean, run_var = norm.running_moments
             scalars[f"probe/bn_stat_drift/block_{i}"] = float(tf.reduce_mean(tf.abs(mean - run_mean)))
             scalars[f"probe/bn_var_drift/block_{i}"] = float(tf.reduce_mean(tf.abs(var - run_var)))
+        if block.norm == "dyt":
+            scalars[f"probe/dyt_saturation/block_{i}"] = dyt_saturation(
+                block.attention_norm, h["norm_input"], mask)
     return scalars, histograms
