@@ -124,7 +124,8 @@ def healthy(tmp_path_factory):
 
 
 def test_every_claim_shows_on_the_healthy_set(healthy):
-    assert healthy == {c: "yes" for c in ("S", "F1", "F2", "F3", "F4", "F5", "F6", "F7")}
+    core = ("S", "F1", "F2", "F3", "F4", "F5", "F6", "F7")  # the other modules': own tests
+    assert {c: v for c, v in healthy.items() if c in core} == {c: "yes" for c in core}
 
 
 def _set(kind_, match, **new):
@@ -182,8 +183,9 @@ def test_two_seeds_are_not_enough(tmp_path):
 
 def test_the_page_lists_every_claim_with_its_falsifier_and_verdict(tmp_path):
     ref = build(tmp_path / "reference")
-    text = F.render(ref, F.measure(ref))
-    for claim in F.measure(ref):
+    found = [claim(ref) for claim in F.CLAIMS]  # the other claim modules: their own tests
+    text = F.render(ref, found)
+    for claim in found:
         assert f"## {claim.id}" in text and claim.falsifier in text
     assert "not run" not in text
 
