@@ -47,7 +47,9 @@ for part in "${parts[@]}"; do
       }
       ckpt layer true; ln=("${CK[@]}"); ckpt batch true; bn=("${CK[@]}")
       ckpt rms true; rms=("${CK[@]}"); ckpt layer false; ln_nores=("${CK[@]}")
-      "$PYTHON" -m trainer analyze batch-size "${ln[@]}" "${bn[@]}" --out "$out/analysis" ;;
+      "$PYTHON" -m trainer analyze batch-size "${ln[@]}" "${bn[@]}" --out "$out/analysis"
+      "$PYTHON" -m trainer analyze composition "${ln[@]}" "${rms[@]}" "${bn[@]}" --out "$out/analysis"
+      "$PYTHON" -m trainer analyze padding "${bn[@]}" --out "$out/analysis" ;;
     findings)
       "$PYTHON" -m trainer findings "$out" > /dev/null && echo "wrote results/README.md" ;;
     *) echo "error: unknown part '$part'" >&2; exit 2 ;;

@@ -89,3 +89,54 @@ def test_restored_checkpoint_gives_the_runs_own_eval_loss(runs):
         loss = evaluate(make_eval_step(model, xla=False), corpus.eval_batches("validation"))
         assert loss == pytest.approx(json.loads((run_dir / "summary.json").read_text())[
             "final_eval_loss"], rel=1e-6)
+
+
+def test_composition_separates_per_token_norms_from_batch_norm(runs, tmp_path):
+    """Only the partners' real lengths change: LN's logits are identical, BN's move."""
+    from trainer.analysis.composition import run
+    from trainer.results.findings import DEPENDENT_MIN, INVARIANT_MAX
+
+    rows = run([runs["layer"], runs["batch"]], tmp_path, n=4)
+    delta = {(r["norm"], r["mode"]): r["max_abs_delta"] for r in rows}
+    assert delta[("layer", "train")] < INVARIANT_MAX and delta[("layer", "inference")] < INVARIANT_MAX
+    assert delta[("batch", "train")] > DEPENDENT_MIN
+    assert delta[("batch", "inference")] < INVARIANT_MAX  # running statistics: no partners
+    assert (tmp_path / "composition.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_padding_shift_is_the_pads_pull_on_the_mean():
+    """Pads at value c in a share p of positions move the mean by p·(c − mean_real)."""
+    import numpy as np
+
+    from trainer.analysis.padding import shift
+
+    x = np.zeros((2, 5, 3))
+    x[:, :4] = np.random.default_rng(0).normal(size=(2, 4, 3))
+    x[:, 4] = 7.0
+    mask = np.ones((2, 5))
+    mask[:, 4] = 0
+    real = x[:, :4].reshape(-1, 3)
+    want = np.mean(0.2 * np.abs(7.0 - real.mean(0)) / real.std(0))
+    assert shift(x, mask, 0.0) == pytest.approx(want)
+    assert shift(x, np.ones((2, 5)), 0.0) == 0.0
+
+
+def test_padding_analysis_on_a_bn_run(runs, tmp_path):
+    from trainer.analysis.padding import run
+
+    rows = run([runs["batch"]], tmp_path, k=3)
+    by = {r["condition"]: r for r in rows}
+    assert list(by) == ["bucketed", "pad_to_max", "small_batch"]
+    assert by["pad_to_max"]["pad_fraction"] > by["bucketed"]["pad_fraction"]
+    for r in rows:  # no pads: the two means coincide; pads: they part
+        assert r["shift"] > 0 if r["pad_fraction"] > 0 else r["shift"] < 1e-6
+    assert "shift_block_0" in rows[0]
+    assert (tmp_path / "padding.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_padding_analysis_rejects_a_run_without_batch_norm(runs, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "trainer", "analyze", "padding", str(runs["layer"]),
+                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2 and "batch norms" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

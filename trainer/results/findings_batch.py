@@ -19,6 +19,13 @@ above bucketed (separate intervals); ``masked_batch`` ends better than ``batch``
 ``findings.LOSS_MARGIN`` (PreciseBN eval loss, as F3) under pad-to-max and under small batches.
 """
 
+from __future__ import annotations
+
+from trainer.results import findings as F
+from trainer.results.finding import Finding, line
+from trainer.results.metrics import above, beyond, finite
+from trainer.results.runs import MIN_SEEDS, Reference
+
 # ---- thresholds (fixed before the runs that test them; never loosened after) ---------------
 # F9: a shift of a tenth of a feature's standard deviation, subtracted from every real token by
 # naive BN, moves its normalised output by 0.1: a thousand times LN's invariance bound.
@@ -27,4 +34,94 @@ POLLUTION_MIN = 0.1
 # sub-sweep each condition's losses come from).
 CONDITIONS = {"bucketed": "grid", "pad_to_max": "pad_to_max", "small_batch": "small_batch"}
 
-CLAIMS: tuple = ()
+
+def _by_seed(rows: list[dict], key: str, **want) -> dict:
+    """Seed -> float(row[key]) of the analysis rows matching ``want``."""
+    return {r["seed"]: float(r[key]) for r in sorted(rows, key=lambda r: r["seed"])
+            if all(r[k] == v for k, v in want.items())}
+
+
+def _need_seeds(f: Finding, csv: str, values: dict, what: str) -> None:
+    if len(values) < MIN_SEEDS:
+        f.missing.append(f"{csv}: {what} on {MIN_SEEDS} seeds (has {len(values)})")
+
+
+def f8(ref: Reference) -> Finding:
+    f = Finding("F8", "A sequence's output does not depend on its batch partners' real lengths "
+                "for per-token norms (LayerNorm, RMSNorm), and does for BN",
+                "max |Δ logits| over a half-length sequence's real positions, batched with "
+                "partners of 8–16 vs full real length (same batch width), max over 16 sequences, "
+                "final checkpoints of the grid's Pre-LN + residual runs (`analyze composition`)",
+                f"LayerNorm or RMSNorm moving logits by ≥ {F.INVARIANT_MAX:g} in training mode, "
+                f"or BN by ≤ {F.DEPENDENT_MIN:g}", plot="analysis/composition.png")
+    csv = "analysis/composition.csv"
+    rows = ref.analysis(f, csv)
+    if f.missing:
+        return f
+    train = {n: _by_seed(rows, "max_abs_delta", norm=n, mode="train")
+             for n in ("layer", "rms", "batch")}
+    for n, v in train.items():
+        _need_seeds(f, csv, v, n)
+    if f.missing:
+        return f
+    for n in dict.fromkeys(r["norm"] for r in rows):  # masked_batch etc. reported, not judged
+        for mode in ("train", "inference"):
+            f.lines.append(line(f"{n}, {mode} mode",
+                                _by_seed(rows, "max_abs_delta", norm=n, mode=mode)))
+    f.parts.append(("per-token norms invariant in training mode",
+                    all(beyond(train[n], F.INVARIANT_MAX, "below") for n in ("layer", "rms"))))
+    f.parts.append(("BN depends on the partners in training mode",
+                    beyond(train["batch"], F.DEPENDENT_MIN, "above")))
+    return f
+
+
+def _precise(run) -> float | None:
+    return finite(run.summary.get("final_eval_loss_precise_bn"))
+
+
+def f9(ref: Reference) -> Finding:
+    f = Finding("F9", "Padding pollutes naive BN statistics, more so as pads grow; masking "
+                "fixes it", "|mean over all positions − mean over real tokens| / std over real "
+                "tokens (with BN's ε) at every block's BN input, naive `batch`, the training stream "
+                "batched three ways (`analyze padding`); final eval loss (population "
+                "statistics) of `batch` vs `masked_batch` in the pad-to-max and small-batch "
+                "sub-sweeps",
+                f"a pad-to-max shift < {POLLUTION_MIN} on some seed or not above the bucketed one, "
+                f"or `masked_batch` not better than `batch` by {F.LOSS_MARGIN} nats under "
+                "pad-to-max or under small batches", plot="analysis/padding.png")
+    csv = "analysis/padding.csv"
+    rows = ref.analysis(f, csv)
+    loss = {(g, n): ref.per_seed(f, g, _precise, norm=n, **F.BASE)
+            for g in ("pad_to_max", "small_batch") for n in F.BN_NORMS}
+    if f.missing:
+        return f
+    shift = {c: _by_seed(rows, "shift", norm="batch", condition=c) for c in CONDITIONS}
+    for c, v in shift.items():
+        _need_seeds(f, csv, v, f"batch, {c}")
+    if f.missing:
+        return f
+    for n in dict.fromkeys(r["norm"] for r in rows):
+        for c in CONDITIONS:
+            pads = _by_seed(rows, "pad_fraction", norm=n, condition=c)
+            f.lines.append(line(f"shift, {n}, {c} ({sum(pads.values()) / max(len(pads), 1):.1%} "
+                                "pads in the analysed batches)",
+                                _by_seed(rows, "shift", norm=n, condition=c)))
+    context = Finding("", "", "", "")  # the grid's bucketed losses: context, not in the verdict
+    for n in F.BN_NORMS:
+        grid = ref.per_seed(context, "grid", _precise, norm=n, **F.BASE)
+        if grid:
+            f.lines.append(line(f"eval loss, {n}, bucketed (grid)", grid))
+    for (g, n), v in loss.items():
+        f.lines.append(line(f"eval loss, {n}, {g}", v))
+    f.lines.append("pad fraction of the training stream: " + ", ".join(
+        f"{c} {ref.pad_fraction(g):.1%}" for c, g in CONDITIONS.items()))
+    f.parts.append(("pad-to-max pollutes naive BN",
+                    beyond(shift["pad_to_max"], POLLUTION_MIN, "above")))
+    f.parts.append(("more pads, more pollution", above(shift["pad_to_max"], shift["bucketed"])))
+    for g in ("pad_to_max", "small_batch"):
+        f.parts.append((f"masked BN ends better under {g}",
+                        above(loss[(g, "batch")], loss[(g, "masked_batch")], F.LOSS_MARGIN)))
+    return f
+
+
+CLAIMS: tuple = (f8, f9)
