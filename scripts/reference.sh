@@ -5,7 +5,7 @@
 # soon as it finishes. Run from a clean checkout: the runs record the commit they came from.
 #
 # Usage: scripts/reference.sh [PART ...] [--parallel N]     (default: every part, --parallel 2)
-#   PART: grid_a grid_b grid_c grid_d lr calibration pad_to_max small_batch dyt init analysis findings
+#   PART: grid_a grid_b grid_c grid_d lr calibration pad_to_max small_batch dyt affine init analysis findings
 #   (analysis reproduces 12 grid runs to get their final checkpoints, ~35 min)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_python.sh"
@@ -17,7 +17,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ ${#args[@]} -eq 0 ]] && args=(--parallel 2)
-[[ ${#parts[@]} -eq 0 ]] && parts=(grid_a grid_b grid_c grid_d lr calibration pad_to_max small_batch dyt init analysis findings)
+[[ ${#parts[@]} -eq 0 ]] && parts=(grid_a grid_b grid_c grid_d lr calibration pad_to_max small_batch dyt affine init analysis findings)
 out=results/reference
 for part in "${parts[@]}"; do
   echo "== reference part: $part ($(date +%H:%M:%S))"
@@ -28,7 +28,7 @@ for part in "${parts[@]}"; do
       "$PYTHON" -m trainer sweep --config configs/sweeps/reference_lr.yaml --out "$out/lr_slice" "${args[@]}" ;;
     calibration)
       "$PYTHON" -m trainer sweep --config configs/sweeps/calibration.yaml --out "$out/calibration" "${args[@]}" ;;
-    pad_to_max|small_batch|dyt)
+    pad_to_max|small_batch|dyt|affine)
       "$PYTHON" -m trainer sweep --config "configs/sweeps/reference_$part.yaml" --out "$out/$part" "${args[@]}" ;;
     init)
       "$PYTHON" -m trainer analyze grad-profile --config configs/reference.yaml --out "$out/init" ;;

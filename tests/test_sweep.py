@@ -65,7 +65,8 @@ def test_shipped_sweeps_expand_to_valid_configs():
 REFERENCE_PARTS = {"grid": ["reference_grid_a.yaml", "reference_grid_b.yaml",
                             "reference_grid_c.yaml", "reference_grid_d.yaml"],
                    "lr_slice": ["reference_lr.yaml"], "calibration": ["calibration.yaml"],
-                   **{p: [f"reference_{p}.yaml"] for p in ("pad_to_max", "small_batch", "dyt")}}
+                   **{p: [f"reference_{p}.yaml"]
+                      for p in ("pad_to_max", "small_batch", "dyt", "affine")}}
 
 
 @pytest.mark.parametrize("sub", sorted(REFERENCE_PARTS))
