@@ -5,4 +5,5 @@ answer one question each and write a CSV (+ PNG) into a results directory.
 """
 
 ANALYSES = {"grad-profile": "trainer.analysis.grad_profile",
-            "batch-size": "trainer.analysis.batch_size"}
+            "batch-size": "trainer.analysis.batch_size",
+            "stream": "trainer.analysis.stream"}
