@@ -111,6 +111,9 @@ def build(root: Path, change=lambda kind, key, values: values, seeds=SEEDS) -> R
                     for b, loss in [*v[mode].items(), ("1x1", 3.0)]:
                         w.writerow({"run": f"{norm},{seed}", "norm": norm, "seed": seed, "mode": mode,
                                     "batch_size": b, "loss": loss, "loss_std": 0.1})
+    from tests.test_findings_stream import write_stream_parts  # F10, F12
+
+    write_stream_parts(root, change, seeds)
     return Reference(root)
 
 
@@ -124,7 +127,8 @@ def healthy(tmp_path_factory):
 
 
 def test_every_claim_shows_on_the_healthy_set(healthy):
-    assert healthy == {c: "yes" for c in ("S", "F1", "F2", "F3", "F4", "F5", "F6", "F7")}
+    assert healthy == {c: "yes" for c in ("S", "F1", "F2", "F3", "F4", "F5", "F6", "F7", "F10",
+                                          "F12")}
 
 
 def _set(kind_, match, **new):
