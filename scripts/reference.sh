@@ -6,7 +6,7 @@
 #
 # Usage: scripts/reference.sh [PART ...] [--parallel N]     (default: every part, --parallel 2)
 #   PART: grid_a grid_b grid_c grid_d lr calibration pad_to_max small_batch dyt affine init analysis findings
-#   (analysis reproduces 12 grid runs to get their final checkpoints, ~35 min)
+#   (analysis reproduces 12 grid runs and the 3 affine runs to get their final checkpoints, ~45 min)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_python.sh"
 parts=() args=()
@@ -45,7 +45,18 @@ for part in "${parts[@]}"; do
       }
       ckpt layer true; ln=("${CK[@]}"); ckpt batch true; bn=("${CK[@]}")
       ckpt rms true; rms=("${CK[@]}"); ckpt layer false; ln_nores=("${CK[@]}")
-      "$PYTHON" -m trainer analyze batch-size "${ln[@]}" "${bn[@]}" --out "$out/analysis" ;;
+      "$PYTHON" -m trainer analyze batch-size "${ln[@]}" "${bn[@]}" --out "$out/analysis"
+      aff=()  # the affine part's runs (F10), reproduced the same way into runs/ckpt/affine-*
+      for s in "" ",seed=1" ",seed=2"; do
+        r="norm_affine=false$s"
+        if [[ ! -f "$out/affine/$r/config.yaml" ]]; then
+          echo "analysis: skipping $out/affine/$r in analyze stream (not run yet: part 'affine')" >&2
+          continue
+        fi
+        [[ -f "runs/ckpt/affine-$r/summary.json" ]] || "$PYTHON" -m trainer reproduce "$out/affine/$r" --out "runs/ckpt/affine-$r"
+        aff+=("runs/ckpt/affine-$r")
+      done
+      "$PYTHON" -m trainer analyze stream "${ln[@]}" "${ln_nores[@]}" ${aff[@]+"${aff[@]}"} --out "$out/analysis" ;;
     findings)
       "$PYTHON" -m trainer findings "$out" > /dev/null && echo "wrote results/README.md" ;;
     *) echo "error: unknown part '$part'" >&2; exit 2 ;;
