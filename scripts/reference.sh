@@ -5,8 +5,8 @@
 # soon as it finishes. Run from a clean checkout: the runs record the commit they came from.
 #
 # Usage: scripts/reference.sh [PART ...] [--parallel N]     (default: every part, --parallel 2)
-#   PART: grid_a grid_b grid_c grid_d lr calibration pad_to_max small_batch dyt depth_2 depth_12 init analysis findings
-#   (analysis reproduces 12 grid runs to get their final checkpoints, ~35 min)
+#   PART: grid_a grid_b grid_c grid_d lr calibration pad_to_max small_batch dyt affine depth_2 depth_12 init analysis findings
+#   (analysis reproduces 12 grid runs and the 3 affine runs to get their final checkpoints, ~45 min)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_python.sh"
 parts=() args=()
@@ -17,7 +17,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ ${#args[@]} -eq 0 ]] && args=(--parallel 2)
-[[ ${#parts[@]} -eq 0 ]] && parts=(grid_a grid_b grid_c grid_d lr calibration pad_to_max small_batch dyt depth_2 depth_12 init analysis findings)
+[[ ${#parts[@]} -eq 0 ]] && parts=(grid_a grid_b grid_c grid_d lr calibration pad_to_max small_batch dyt affine depth_2 depth_12 init analysis findings)
 out=results/reference
 for part in "${parts[@]}"; do
   echo "== reference part: $part ($(date +%H:%M:%S))"
@@ -28,7 +28,7 @@ for part in "${parts[@]}"; do
       "$PYTHON" -m trainer sweep --config configs/sweeps/reference_lr.yaml --out "$out/lr_slice" "${args[@]}" ;;
     calibration)
       "$PYTHON" -m trainer sweep --config configs/sweeps/calibration.yaml --out "$out/calibration" "${args[@]}" ;;
-    pad_to_max|small_batch|dyt)
+    pad_to_max|small_batch|dyt|affine)
       "$PYTHON" -m trainer sweep --config "configs/sweeps/reference_$part.yaml" --out "$out/$part" "${args[@]}" ;;
     depth_2|depth_12)
       "$PYTHON" -m trainer sweep --config "configs/sweeps/reference_$part.yaml" --out "$out/depth" "${args[@]}" ;;
@@ -49,7 +49,22 @@ for part in "${parts[@]}"; do
       ckpt rms true; rms=("${CK[@]}"); ckpt layer false; ln_nores=("${CK[@]}")
       "$PYTHON" -m trainer analyze batch-size "${ln[@]}" "${bn[@]}" --out "$out/analysis"
       "$PYTHON" -m trainer analyze composition "${ln[@]}" "${rms[@]}" "${bn[@]}" --out "$out/analysis"
-      "$PYTHON" -m trainer analyze padding "${bn[@]}" --out "$out/analysis" ;;
+      "$PYTHON" -m trainer analyze padding "${bn[@]}" --out "$out/analysis"
+      aff=()  # the affine part's runs (F10), reproduced the same way into runs/ckpt/affine-*
+      for s in "" ",seed=1" ",seed=2"; do
+        r="norm_affine=false$s"
+        if [[ ! -f "$out/affine/$r/config.yaml" ]]; then
+          echo "analysis: skipping $out/affine/$r in analyze stream (not run yet: part 'affine')" >&2
+          continue
+        fi
+        if compgen -G "$out/affine/$r/checkpoints/*.index" > /dev/null; then
+          aff+=("$out/affine/$r")  # made on this machine: its own final checkpoint
+        else
+          [[ -f "runs/ckpt/affine-$r/summary.json" ]] || "$PYTHON" -m trainer reproduce "$out/affine/$r" --out "runs/ckpt/affine-$r"
+          aff+=("runs/ckpt/affine-$r")
+        fi
+      done
+      "$PYTHON" -m trainer analyze stream "${ln[@]}" "${ln_nores[@]}" ${aff[@]+"${aff[@]}"} --out "$out/analysis" ;;
     findings)
       "$PYTHON" -m trainer findings "$out" > /dev/null && echo "wrote results/README.md" ;;
     *) echo "error: unknown part '$part'" >&2; exit 2 ;;

@@ -127,6 +127,9 @@ def build(root: Path, change=lambda kind, key, values: values, seeds=SEEDS) -> R
                     for b, loss in [*v[mode].items(), ("1x1", 3.0)]:
                         w.writerow({"run": f"{norm},{seed}", "norm": norm, "seed": seed, "mode": mode,
                                     "batch_size": b, "loss": loss, "loss_std": 0.1})
+    from tests.test_findings_stream import write_stream_parts  # F10, F12
+
+    write_stream_parts(root, change, seeds)
     return Reference(root)
 
 

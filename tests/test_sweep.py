@@ -66,7 +66,8 @@ REFERENCE_PARTS = {"grid": ["reference_grid_a.yaml", "reference_grid_b.yaml",
                             "reference_grid_c.yaml", "reference_grid_d.yaml"],
                    "lr_slice": ["reference_lr.yaml"], "calibration": ["calibration.yaml"],
                    "depth": ["reference_depth_2.yaml", "reference_depth_12.yaml"],
-                   **{p: [f"reference_{p}.yaml"] for p in ("pad_to_max", "small_batch", "dyt")}}
+                   **{p: [f"reference_{p}.yaml"]
+                      for p in ("pad_to_max", "small_batch", "dyt", "affine")}}
 
 
 @pytest.mark.parametrize("sub", sorted(REFERENCE_PARTS))

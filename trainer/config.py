@@ -48,6 +48,9 @@ class ModelConfig:
     dyt_alpha: float = 0.5  # initial alpha of DyT: gamma * tanh(alpha * x) + beta
     norm_epsilon: float = 1e-5  # epsilon of every normalization layer
     bn_momentum: float = 0.99  # running-statistics momentum of the batch-norm variants
+    # false: no learnable gain/bias (γ, β; RMSNorm's scale) in any norm, the final one included;
+    # DyT keeps its α, none is unaffected. LN then gives every token the norm sqrt(dim) (F10).
+    norm_affine: bool = True
     head_bias: bool = True  # a bias on the vocabulary head (GPT-2 and LLaMA have none)
     init: str = "normal"  # normal: N(0, 0.02) | xavier: Glorot normal | scaled: GPT-2, out-proj / sqrt(2L)
 
@@ -237,13 +240,15 @@ def network_key(cfg: DictConfig) -> str:
     form; two configs with the same key train the same function from the same seed.
 
     With ``model.norm=none`` there is no norm to place: pre ``x + F(x)`` and post ``x + F(x)``
-    (and the final norm, identity) are one network, so ``placement`` is canonically ``pre``.
+    (and the final norm, identity) are one network, so ``placement`` is canonically ``pre``,
+    and there is no γ/β to drop, so ``norm_affine`` is canonically ``true``.
     ``name`` is a label only.
     """
     data = to_dict(cfg)
     data.pop("name", None)
     if data["model"]["norm"] == "none":
         data["model"]["placement"] = "pre"
+        data["model"]["norm_affine"] = True
     return OmegaConf.to_yaml(OmegaConf.create(data))
 
 

@@ -6,4 +6,5 @@ answer one question each and write a CSV (+ PNG) into a results directory.
 
 ANALYSES = {"grad-profile": "trainer.analysis.grad_profile",
             "batch-size": "trainer.analysis.batch_size",
-            "composition": "trainer.analysis.composition", "padding": "trainer.analysis.padding"}
+            "composition": "trainer.analysis.composition", "padding": "trainer.analysis.padding",
+            "stream": "trainer.analysis.stream"}

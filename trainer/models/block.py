@@ -79,7 +79,7 @@ class Block(keras.layers.Layer):
     def __init__(self, dim: int, num_heads: int, ffn_dim: int, dropout: float = 0.0,
                  norm: str = "layer", placement: str = "pre", residual: str = "true",
                  norm_epsilon: float = 1e-5, bn_momentum: float = 0.99, dyt_alpha: float = 0.5,
-                 init: str = "normal", num_layers: int = 1, **kwargs):
+                 init: str = "normal", num_layers: int = 1, norm_affine: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.dim, self.num_heads, self.ffn_dim, self.dropout = dim, num_heads, ffn_dim, dropout
         self.init, self.num_layers = init, num_layers
@@ -93,7 +93,9 @@ class Block(keras.layers.Layer):
             raise ValueError("residual='rezero' needs placement='pre': post-norm renormalizes "
                              "x + a*F, so the gated identity at init is lost")
         self.norm_epsilon, self.bn_momentum, self.dyt_alpha = norm_epsilon, bn_momentum, dyt_alpha
-        norm_kw = dict(epsilon=norm_epsilon, momentum=bn_momentum, dyt_alpha=dyt_alpha)
+        self.norm_affine = bool(norm_affine)
+        norm_kw = dict(epsilon=norm_epsilon, momentum=bn_momentum, dyt_alpha=dyt_alpha,
+                       affine=self.norm_affine)
         self.attention_norm = make_norm(norm, name_prefix="attention_norm", **norm_kw)
         self.ffn_norm = make_norm(norm, name_prefix="ffn_norm", **norm_kw)
         # Q, K, V and the output projection are all d_model x d_model matrices (fans d, d).
@@ -162,4 +164,5 @@ class Block(keras.layers.Layer):
                 "ffn_dim": self.ffn_dim, "dropout": self.dropout, "norm": self.norm,
                 "placement": self.placement, "residual": self.residual,
                 "norm_epsilon": self.norm_epsilon, "bn_momentum": self.bn_momentum,
-                "dyt_alpha": self.dyt_alpha, "init": self.init, "num_layers": self.num_layers}
+                "dyt_alpha": self.dyt_alpha, "init": self.init, "num_layers": self.num_layers,
+                "norm_affine": self.norm_affine}

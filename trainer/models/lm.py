@@ -24,13 +24,15 @@ class CausalLM(keras.Model):
                  num_heads: int = 4, ffn_dim: int = 512, dropout: float = 0.0,
                  norm: str = "layer", placement: str = "pre", residual: str = "true",
                  norm_epsilon: float = 1e-5, bn_momentum: float = 0.99, dyt_alpha: float = 0.5,
-                 head_bias: bool = True, init: str = "normal", **kwargs):
+                 head_bias: bool = True, init: str = "normal", norm_affine: bool = True,
+                 **kwargs):
         super().__init__(**kwargs)
         self.vocab_size, self.max_len, self.num_layers = vocab_size, max_len, num_layers
         self.block_args = dict(dim=dim, num_heads=num_heads, ffn_dim=ffn_dim, dropout=dropout,
                                norm=norm, placement=placement, residual=str(residual).lower(),
                                norm_epsilon=norm_epsilon, bn_momentum=bn_momentum,
-                               dyt_alpha=dyt_alpha, init=init, num_layers=num_layers)
+                               dyt_alpha=dyt_alpha, init=init, num_layers=num_layers,
+                               norm_affine=bool(norm_affine))
         self.token_embedding = keras.layers.Embedding(vocab_size, dim, embeddings_initializer=normal_init(),
                                                       name="token_embedding")
         self.position_embedding = keras.layers.Embedding(max_len, dim, embeddings_initializer=normal_init(),
@@ -40,7 +42,7 @@ class CausalLM(keras.Model):
         # Pre-norm leaves the residual stream un-normalized: a final norm precedes the head.
         self.final_norm = make_norm(norm if placement == "pre" else "none", epsilon=norm_epsilon,
                                     momentum=bn_momentum, dyt_alpha=dyt_alpha,
-                                    name_prefix="final_norm")
+                                    affine=bool(norm_affine), name_prefix="final_norm")
         self.head_bias = head_bias
         self.head = keras.layers.Dense(vocab_size, use_bias=head_bias,
                                        kernel_initializer=kernel_init(init, dim, vocab_size),
@@ -89,7 +91,7 @@ def build_model(model_cfg, vocab_size: int, max_len: int) -> CausalLM:
                      placement=model_cfg.placement, residual=model_cfg.residual,
                      norm_epsilon=model_cfg.norm_epsilon, bn_momentum=model_cfg.bn_momentum,
                      dyt_alpha=model_cfg.dyt_alpha, head_bias=model_cfg.head_bias,
-                     init=model_cfg.init,
+                     init=model_cfg.init, norm_affine=model_cfg.norm_affine,
                      name="causal_lm")
     model.build((None, max_len))
     return model

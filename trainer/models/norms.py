@@ -10,6 +10,10 @@ never look at other tokens; the batch norms differ exactly in what they do with 
 
 All norms compute in float32, whatever the compute dtype: statistics of bfloat16 activations lose
 too many bits (the same reason TF Model Garden keeps LayerNorm in float32).
+
+``affine=False`` (``model.norm_affine``) drops the learnable per-feature gain and bias (γ, β;
+RMSNorm's scale) of every norm: LN then gives every token the same L2 norm sqrt(C). DyT keeps
+its α; ``none`` has nothing to drop.
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ def register(name: str):
 
 
 def make_norm(name: str, *, epsilon: float = 1e-5, momentum: float = 0.99,
-              dyt_alpha: float = 0.5, name_prefix: str = "norm") -> keras.layers.Layer:
+              dyt_alpha: float = 0.5, affine: bool = True,
+              name_prefix: str = "norm") -> keras.layers.Layer:
     """Build the norm registered as ``name``; an unknown name lists the valid ones."""
     if name not in NORMS:
         hint = difflib.get_close_matches(name, NORMS, n=1)
@@ -44,17 +49,23 @@ def make_norm(name: str, *, epsilon: float = 1e-5, momentum: float = 0.99,
         raise KeyError(f"unknown norm '{name}'{extra}; valid: {', '.join(NORMS)}")
     cls = NORMS[name]
     kwargs = {"epsilon": epsilon, "momentum": momentum, "dyt_alpha": dyt_alpha}
-    return cls(**{k: v for k, v in kwargs.items() if k in cls.accepts}, name=name_prefix)
+    return cls(**{k: v for k, v in kwargs.items() if k in cls.accepts}, affine=affine,
+               name=name_prefix)
 
 
 class _Norm(keras.layers.Layer):
-    """Base: float32 compute, (x, mask, training) call signature, config round trip."""
+    """Base: float32 compute, (x, mask, training) call signature, config round trip;
+    ``affine``: whether the norm has its learnable γ/β (every subclass honours it)."""
 
     accepts: tuple[str, ...] = ()
 
-    def __init__(self, **kwargs):
+    def __init__(self, affine: bool = True, **kwargs):
         kwargs.setdefault("dtype", "float32")  # norms keep float32 under mixed precision
         super().__init__(**kwargs)
+        self.affine = bool(affine)
+
+    def get_config(self):
+        return {**super().get_config(), "affine": self.affine}
 
 
 class _KerasTokenNorm(_Norm):
@@ -67,7 +78,11 @@ class _KerasTokenNorm(_Norm):
     def __init__(self, epsilon: float = 1e-5, **kwargs):
         super().__init__(**kwargs)
         self.epsilon = epsilon
-        self.inner = self.keras_class(epsilon=epsilon, dtype="float32", name=self.inner_name)
+        self.inner = self.make_inner()
+
+    def make_inner(self) -> keras.layers.Layer:
+        return self.keras_class(epsilon=self.epsilon, center=self.affine, scale=self.affine,
+                                dtype="float32", name=self.inner_name)
 
     def build(self, input_shape):
         self.inner.build(input_shape)
@@ -105,6 +120,20 @@ class RMSNorm(_KerasTokenNorm):
 
     keras_class, inner_name = keras.layers.RMSNormalization, "rms"
 
+    def make_inner(self):  # keras' RMSNormalization always has a scale: none without affine
+        if self.affine:
+            return self.keras_class(epsilon=self.epsilon, dtype="float32", name=self.inner_name)
+        return None
+
+    def build(self, input_shape):
+        if self.inner is not None:
+            self.inner.build(input_shape)
+
+    def call(self, x, padding_mask=None, training=None):
+        if self.inner is not None:
+            return self.inner(ops.cast(x, "float32"))
+        return ops.rms_normalization(ops.cast(x, "float32"), axis=-1, epsilon=self.epsilon)
+
 
 @register("dyt")
 class DynamicTanh(_Norm):
@@ -120,11 +149,13 @@ class DynamicTanh(_Norm):
         dim = input_shape[-1]
         self.alpha = self.add_weight(name="alpha", shape=(),
                                      initializer=keras.initializers.Constant(self.dyt_alpha))
-        self.gamma = self.add_weight(name="gamma", shape=(dim,), initializer="ones")
-        self.beta = self.add_weight(name="beta", shape=(dim,), initializer="zeros")
+        if self.affine:
+            self.gamma = self.add_weight(name="gamma", shape=(dim,), initializer="ones")
+            self.beta = self.add_weight(name="beta", shape=(dim,), initializer="zeros")
 
     def call(self, x, padding_mask=None, training=None):
-        return self.gamma * ops.tanh(self.alpha * ops.cast(x, "float32")) + self.beta
+        y = ops.tanh(self.alpha * ops.cast(x, "float32"))
+        return self.gamma * y + self.beta if self.affine else y
 
     def get_config(self):
         return {**super().get_config(), "dyt_alpha": self.dyt_alpha}
@@ -153,7 +184,8 @@ class BatchNorm(_Norm):
         self.epsilon = epsilon
         self.momentum = momentum
         self.inner = keras.layers.BatchNormalization(
-            axis=-1, epsilon=epsilon, momentum=momentum, dtype="float32", name="bn")
+            axis=-1, epsilon=epsilon, momentum=momentum, center=self.affine, scale=self.affine,
+            dtype="float32", name="bn")
 
     def build(self, input_shape):
         self.inner.build(input_shape)
@@ -202,8 +234,9 @@ class MaskedBatchNorm(_Norm):
 
     def build(self, input_shape):
         dim = input_shape[-1]
-        self.gamma = self.add_weight(name="gamma", shape=(dim,), initializer="ones")
-        self.beta = self.add_weight(name="beta", shape=(dim,), initializer="zeros")
+        if self.affine:
+            self.gamma = self.add_weight(name="gamma", shape=(dim,), initializer="ones")
+            self.beta = self.add_weight(name="beta", shape=(dim,), initializer="zeros")
         # "mean": under tf.distribute each replica assigns its own statistics; averaging them is
         # the least-wrong merge for masked_batch and exact for sync_batch (all replicas agree).
         self.moving_mean = self.add_weight(name="moving_mean", shape=(dim,), initializer="zeros",
@@ -245,7 +278,8 @@ class MaskedBatchNorm(_Norm):
             self.moving_variance.assign(m * self.moving_variance + (1 - m) * var)
         else:
             mean, var = self.moving_mean, self.moving_variance
-        return (x - mean) * ops.rsqrt(var + self.epsilon) * self.gamma + self.beta
+        y = (x - mean) * ops.rsqrt(var + self.epsilon)
+        return y * self.gamma + self.beta if self.affine else y
 
     @property
     def running_moments(self):

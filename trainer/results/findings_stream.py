@@ -23,6 +23,14 @@ mean final loss is at the unigram plateau has final saturation (max over blocks)
 ``SATURATED_MIN`` on every seed, and every α that ends below bigram has it below.
 """
 
+from trainer.results.finding import Finding, final_loss, line
+from trainer.results.findings import BASE, LOSS_MARGIN
+from trainer.results.metrics import above, beyond, finite
+from trainer.results.runs import MIN_SEEDS, Reference
+
+BASE_ROW = dict(residual="true")  # the analysis rows have no placement: every run is Pre
+WITH = {"true": "with γ/β", "false": "without γ/β"}
+
 # ---- thresholds (fixed before the runs that test them; never loosened after) ---------------
 # F10: the spread γ gives per-token norms after LN must be visible: 5 % of the mean norm.
 AFFINE_SPREAD_MIN = 0.05
@@ -38,8 +46,89 @@ SATURATION_X = 3.0
 # F14: a DyT layer is "saturated" when a quarter of its inputs sit in tanh's flat tails.
 SATURATED_MIN = 0.25
 
-CLAIMS: tuple = ()
+STREAM_CSV = "analysis/stream.csv"
 
+
+def _stream(f, rows: list[dict], column: str, block: int, **want) -> dict:
+    """Seed -> ``column`` at ``block`` of the ``analyze stream`` rows matching ``want``; fewer
+    than ``MIN_SEEDS`` seeds is recorded as missing on ``f`` (unless ``f`` is None)."""
+    out = {}
+    for r in rows:
+        if int(r["block"]) == block and all(str(r[k]).lower() == str(v).lower()
+                                            for k, v in want.items()):
+            out[r["seed"]] = finite(float(r[column])) if r[column] != "" else None
+    if f is not None and rows and len(out) < MIN_SEEDS:
+        desc = ", ".join(f"{k}={v}" for k, v in want.items())
+        f.missing.append(f"{STREAM_CSV}: {desc}, block {block} on {MIN_SEEDS} seeds "
+                         f"(has {len(out)})")
+    return dict(sorted(out.items()))
+
+
+def f10(ref: Reference) -> Finding:
+    f = Finding("F10", "LN's γ and β restore what normalisation removes: without them every "
+                "token leaves LN with the same norm (√C), and the model trains worse",
+                "final eval loss of Pre-LN + residual with γ/β (grid) and without "
+                "(`model.norm_affine=false`, sub-sweep `affine`); coefficient of variation "
+                "(std / mean over real tokens) of the per-token L2 norm of the last block's "
+                "attention-LN output, final checkpoints (`analyze stream`)",
+                f"LN without γ/β not worse by {LOSS_MARGIN} nats, a CV with γ/β below "
+                f"{AFFINE_SPREAD_MIN}, or one without γ/β above {FLAT_SPREAD_MAX:g}",
+                plot="analysis/stream.png")
+    loss = {"true": ref.per_seed(f, "grid", final_loss, norm="layer", **BASE),
+            "false": ref.per_seed(f, "affine", final_loss, norm="layer", norm_affine="false",
+                                  **BASE)}
+    rows = ref.analysis(f, STREAM_CSV)
+    last = ref.num_layers("grid") - 1
+    spread = {a: _stream(f, rows, "norm_output_cv", last, norm="layer", norm_affine=a, **BASE_ROW)
+              for a in ("true", "false")}
+    if f.missing:
+        return f
+    f.lines += [line(f"eval loss, {WITH[a]}", v)
+                for a, v in loss.items()]
+    f.lines += [line(f"CV of the last block's LN output norms, {WITH[a]}", v)
+                for a, v in spread.items()]
+    for a in ("true", "false"):  # context: the stream itself is not flat either way
+        f.lines.append(line(f"CV of the last block's stream norms, {WITH[a]}",
+                            _stream(None, rows, "stream_norm_cv", last, norm="layer",
+                                    norm_affine=a, **BASE_ROW)))
+    f.parts.append(("trains worse without γ/β", above(loss["false"], loss["true"], LOSS_MARGIN)))
+    f.parts.append(("γ/β spread the output norms",
+                    beyond(spread["true"], AFFINE_SPREAD_MIN, "above")))
+    f.parts.append(("without γ/β every token has the same norm",
+                    beyond(spread["false"], FLAT_SPREAD_MAX, "below")))
+    return f
+
+
+def f12(ref: Reference) -> Finding:
+    f = Finding("F12", "The residual connection keeps each token's identity through depth: a "
+                "linear probe still reads the input token from the last block with it, much less "
+                "without it",
+                "held-out accuracy of a linear softmax probe decoding the input token at position "
+                "t from block i's output at t (frozen features, Adam), final checkpoints of the "
+                "grid's Pre-LN runs with and without residual (`analyze stream`)",
+                f"the last block's accuracy with the residual at or below {IDENTITY_HIGH}, or "
+                f"without it not lower by {IDENTITY_DROP} (separate intervals)",
+                plot="analysis/stream.png")
+    rows = ref.analysis(f, STREAM_CSV)
+    last = ref.num_layers("grid") - 1
+    want = dict(norm="layer", norm_affine="true")
+    acc = {r: _stream(f, rows, "probe_accuracy", last, residual=r, **want)
+           for r in ("true", "false")}
+    if f.missing:
+        return f
+    for block in sorted({int(r["block"]) for r in rows}):
+        for r in ("true", "false"):
+            values = _stream(None, rows, "probe_accuracy", block, residual=r, **want)
+            name = "embedding output" if block < 0 else f"block {block}"
+            if values:
+                f.lines.append(line(f"{name}, residual={r}", values))
+    f.parts.append(("the last block keeps the token with the residual",
+                    beyond(acc["true"], IDENTITY_HIGH, "above")))
+    f.parts.append(("and loses it without", above(acc["true"], acc["false"], IDENTITY_DROP)))
+    return f
+
+
+CLAIMS: tuple = (f10, f12)
 
 # ---- F14 (imports kept with the claim so the claims above can add theirs without conflict) ----
 import math  # noqa: E402

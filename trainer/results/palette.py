@@ -40,6 +40,7 @@ VALUE_SHORT = {
     "model.residual": {"true": "res", "false": "no-res", "rezero": "rezero"},
     "model.placement": {"pre": "pre", "post": "post"},
     "runtime.mixed_precision": {"true": "bf16", "false": "fp32"},
+    "model.norm_affine": {"true": "γβ", "false": "no-γβ"},
 }
 # Numeric keys: prefix + value (``wu20``, ``lr0.01``, ``L6``).
 KEY_SHORT = {

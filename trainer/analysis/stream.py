@@ -1,0 +1,203 @@
+"""F10 and F12: what the residual stream still carries, block by block, in trained models.
+
+For each run directory the model is restored from its last checkpoint (``batch_size.restore``)
+and run in inference mode on full-length validation windows (``full_windows``), keeping every
+block's hidden state (``return_hidden``):
+
+- F12, token identity: a linear softmax probe (W, b), fitted on frozen features with full-batch
+  Adam from zero (no randomness: deterministic), decodes the *input* token id at position t from
+  block i's output at t (and from the embedding output, block -1). It is fitted on the first
+  ``--train-windows`` windows and scored on the next ``--test-windows`` (disjoint text): a
+  stream that keeps each token's identity scores near 1, one that has mixed it away does not.
+- F10, γ/β: the coefficient of variation (std / mean over real tokens) of the per-token L2 norm
+  of each block's attention-norm output (the norm applied to what it saw). LN without γ/β gives
+  every token the norm sqrt(C): CV ~ 0; γ (and β) are what let the norm's output spread again.
+  The same CV of the stream itself (block output) is given for context.
+
+    python -m trainer analyze stream RUN_DIR... --out results/reference/analysis
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from trainer.analysis.batch_size import full_windows, restore
+from trainer.atomic import save_figure, write_csv
+from trainer.config import ConfigError
+from trainer.results.findings_stream import AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX
+
+PROBE_STEPS = 300  # full-batch Adam steps of each probe (a convex problem: enough to settle)
+PROBE_LR = 0.05  # Adam step on standardised features
+EMBED = -1  # the "block" index of the embedding output
+
+
+def cv(values: np.ndarray) -> float:
+    """std / mean (population std) of positive values, e.g. per-token L2 norms."""
+    return float(values.std() / values.mean())
+
+
+def probe_accuracy(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
+                   test_y: np.ndarray, steps: int = PROBE_STEPS, lr: float = PROBE_LR) -> float:
+    """Held-out accuracy of a linear softmax probe x -> y fitted on (train_x, train_y).
+
+    Features are standardised with the training set's per-feature mean and std; the classes are
+    the labels seen in training (a held-out token never seen in training counts as an error).
+    Full-batch Adam from W = 0, b = 0: the same inputs always give the same probe.
+    """
+    import tensorflow as tf
+
+    classes, y = np.unique(train_y, return_inverse=True)
+    mean, std = train_x.mean(0), train_x.std(0) + 1e-6
+    x = tf.constant((train_x - mean) / std, tf.float32)
+    w = tf.Variable(tf.zeros((x.shape[1], len(classes))))
+    b = tf.Variable(tf.zeros((len(classes),)))
+    opt = tf.keras.optimizers.Adam(lr)
+    labels = tf.constant(y, tf.int32)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=labels, logits=x @ w + b))
+        opt.apply_gradients(zip(tape.gradient(loss, [w, b]), [w, b]))
+
+    for _ in range(steps):
+        step()
+    pred = classes[np.argmax(((test_x - mean) / std) @ w.numpy() + b.numpy(), axis=1)]
+    return float((pred == test_y).mean())
+
+
+def features(model, batch: dict, size: int = 16) -> list[dict]:
+    """Per layer (embedding output first, then each block), over the batch's real tokens:
+    ``x`` (N, C) the layer's output, ``normed`` (N, C) the block's attention norm applied to what
+    it saw (None for the embedding). Inference mode."""
+    from keras import ops
+
+    layers: list[dict] = []
+    for i in range(0, len(batch["inputs"]), size):
+        tokens, mask = batch["inputs"][i:i + size], batch["mask"][i:i + size]
+        real = mask > 0
+        length = tokens.shape[1]
+        embed = model.token_embedding(tokens) + model.position_embedding(ops.arange(length))[None]
+        _, hidden = model(tokens, padding_mask=mask, training=False, return_hidden=True)
+        parts = [(embed, None)]
+        for block, h in zip(model.blocks, hidden):
+            normed = block.attention_norm(h["norm_input"], padding_mask=mask, training=False)
+            parts.append((h["stream"], normed))
+        for k, (x, normed) in enumerate(parts):
+            if len(layers) <= k:
+                layers.append({"x": [], "normed": []})
+            layers[k]["x"].append(np.asarray(x, np.float32)[real])
+            if normed is not None:
+                layers[k]["normed"].append(np.asarray(normed, np.float32)[real])
+    return [{"x": np.concatenate(p["x"]),
+             "normed": np.concatenate(p["normed"]) if p["normed"] else None} for p in layers]
+
+
+def analyse(run_dir: Path, train_windows: int, test_windows: int, steps: int) -> list[dict]:
+    cfg, corpus, model = restore(run_dir)
+    batch = full_windows(corpus, train_windows + test_windows)
+    split = {"train": slice(0, train_windows), "test": slice(train_windows, None)}
+    feats = {k: features(model, {n: v[s] for n, v in batch.items()}) for k, s in split.items()}
+    labels = {k: batch["inputs"][s][batch["mask"][s] > 0] for k, s in split.items()}
+    m = cfg.model
+    rows = []
+    for k, (train, test) in enumerate(zip(feats["train"], feats["test"])):
+        stream = np.concatenate([train["x"], test["x"]])  # the CVs use every window
+        normed = None if train["normed"] is None else np.concatenate([train["normed"],
+                                                                       test["normed"]])
+        rows.append({
+            "run": run_dir.name, "norm": m.norm, "residual": str(m.residual).lower(),
+            "norm_affine": str(bool(m.norm_affine)).lower(), "seed": int(cfg.train.seed),
+            "block": EMBED + k,
+            "probe_accuracy": probe_accuracy(train["x"], labels["train"], test["x"],
+                                             labels["test"], steps),
+            "norm_output_cv": "" if normed is None else cv(np.linalg.norm(normed, axis=1)),
+            "stream_norm_cv": cv(np.linalg.norm(stream, axis=1))})
+    return rows
+
+
+def _label(r: dict) -> str:
+    from trainer.results.palette import NORM_SHORT
+
+    return (f"{NORM_SHORT.get(r['norm'], r['norm'])} · "
+            f"{'res' if r['residual'] == 'true' else 'res=' + r['residual']} · "
+            f"{'γβ' if r['norm_affine'] == 'true' else 'no γβ'}")
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Left: probe accuracy vs block (F12); right: CV of the attention norm's output per-token
+    norm vs block (F10). One line per norm · residual · γβ setting (mean), seeds faint."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, label in enumerate(dict.fromkeys(_label(r) for r in rows)):
+        mine = [r for r in rows if _label(r) == label]
+        for ax, key in zip(axes, ("probe_accuracy", "norm_output_cv")):
+            by_seed: dict = {}
+            for r in mine:
+                if r[key] != "":
+                    by_seed.setdefault(r["seed"], {})[int(r["block"])] = max(float(r[key]),
+                                                                             1e-9)
+            blocks = sorted(set.intersection(*(set(c) for c in by_seed.values())))
+            for curve in by_seed.values():
+                ax.plot(blocks, [curve[b] for b in blocks], color=colors[i % len(colors)],
+                        alpha=0.25, lw=1)
+            ax.plot(blocks, [np.mean([c[b] for c in by_seed.values()]) for b in blocks],
+                    marker="o", lw=2, color=colors[i % len(colors)], label=label)
+    axes[0].set_xlabel("block (-1 = embedding output)")
+    axes[0].set_ylabel("held-out accuracy of the input token")
+    axes[0].set_title("F12: a linear probe for the token at each position", loc="left")
+    axes[1].set_xlabel("block")
+    axes[1].set_ylabel("CV of per-token L2 norm")
+    axes[0].set_ylim(0, 1.02)
+    axes[1].set_yscale("log")  # LN without γ/β sits near 1e-7, with them near 1e-2
+    for y, what in ((AFFINE_SPREAD_MIN, "F10: with γ/β above"), (FLAT_SPREAD_MAX,
+                                                                 "F10: without below")):
+        axes[1].axhline(y, color="grey", ls=":", lw=1)
+        axes[1].annotate(what, (0.01, y), xycoords=("axes fraction", "data"), fontsize=8,
+                         color="grey", va="bottom")
+    axes[1].set_title("F10: spread of the attention norm's output", loc="left")
+    axes[1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    save_figure(fig, path)
+
+
+def run(run_dirs: list[Path], out: Path, train_windows: int = 48, test_windows: int = 16,
+        steps: int = PROBE_STEPS) -> list[dict]:
+    rows = []
+    for run_dir in run_dirs:
+        mine = analyse(Path(run_dir), train_windows, test_windows, steps)
+        for r in mine:
+            cv_out = "-" if r["norm_output_cv"] == "" else f"{r['norm_output_cv']:.3g}"
+            print(f"{r['run']:45s} block {r['block']:2d} probe {r['probe_accuracy']:.3f} "
+                  f"norm-output CV {cv_out} stream CV {r['stream_norm_cv']:.3g}", flush=True)
+        rows += mine
+    write_csv(out / "stream.csv", rows)
+    plot(rows, out / "stream.png")
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m trainer analyze stream",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("run_dirs", nargs="+", type=Path)
+    p.add_argument("--out", required=True, type=Path, help="directory for stream.csv/.png")
+    p.add_argument("--train-windows", type=int, default=48, help="validation windows the probes "
+                   "are fitted on")
+    p.add_argument("--test-windows", type=int, default=16, help="the next windows, scored")
+    p.add_argument("--steps", type=int, default=PROBE_STEPS, help="Adam steps per probe")
+    args = p.parse_args(argv)
+    for d in args.run_dirs:
+        if not (d / "config.yaml").is_file():
+            raise ConfigError(f"not a run directory (no config.yaml): {d}")
+    if min(args.train_windows, args.test_windows, args.steps) < 1:
+        raise ConfigError("--train-windows, --test-windows and --steps must be >= 1")
+    run(args.run_dirs, args.out, args.train_windows, args.test_windows, args.steps)
+    return 0
