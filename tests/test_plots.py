@@ -14,7 +14,6 @@ import random
 import matplotlib
 import pytest
 from matplotlib.colors import to_hex
-from matplotlib.lines import Line2D
 from omegaconf import OmegaConf
 
 from trainer.results.palette import NORM_COLORS, Sweep, key_caption, short_label, swept_keys

@@ -17,7 +17,7 @@ from tests.conftest import TINY
 from trainer.config import load_config
 from trainer.results.events import read_scalars
 from trainer.models.norms import make_norm
-from trainer.results.findings_stream import SATURATION_X
+from trainer.telemetry.probes import SATURATION_X
 from trainer.telemetry.probes import dyt_saturation, mean_pairwise_cosine
 from trainer.train.loop import run_training
 

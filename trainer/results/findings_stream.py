@@ -23,10 +23,14 @@ mean final loss is at the unigram plateau has final saturation (max over blocks)
 ``SATURATED_MIN`` on every seed, and every α that ends below bigram has it below.
 """
 
+import math
+
+from trainer.results.baselines import PLATEAU_MARGIN, at_plateau
 from trainer.results.finding import Finding, final_loss, line
 from trainer.results.findings import BASE, LOSS_MARGIN
-from trainer.results.metrics import above, beyond, finite
+from trainer.results.metrics import above, beyond, finite, interval
 from trainer.results.runs import MIN_SEEDS, Reference
+from trainer.telemetry.probes import SATURATION_X  # F14's probe threshold (defined with it)
 
 BASE_ROW = dict(residual="true")  # the analysis rows have no placement: every run is Pre
 WITH = {"true": "with γ/β", "false": "without γ/β"}
@@ -41,8 +45,6 @@ FLAT_SPREAD_MAX = 1e-3
 IDENTITY_HIGH = 0.9
 # F12: "lost without the residual": at least 20 points lower at the last block.
 IDENTITY_DROP = 0.2
-# F14: tanh'(3) < 0.01: past |α·x| = 3 the nonlinearity passes under 1 % of a change.
-SATURATION_X = 3.0
 # F14: a DyT layer is "saturated" when a quarter of its inputs sit in tanh's flat tails.
 SATURATED_MIN = 0.25
 
@@ -128,15 +130,7 @@ def f12(ref: Reference) -> Finding:
     return f
 
 
-CLAIMS: tuple = (f10, f12)
-
-# ---- F14 (imports kept with the claim so the claims above can add theirs without conflict) ----
-import math  # noqa: E402
-
-from trainer.results.baselines import PLATEAU_MARGIN, at_plateau  # noqa: E402
-from trainer.results.finding import Finding, final_loss, line  # noqa: E402
-from trainer.results.metrics import beyond, interval  # noqa: E402
-
+# ---- F14 ----------------------------------------------------------------------------------
 DYT_ALPHAS = (0.05, 0.2, 0.5, 1.0)  # configs/sweeps/reference_dyt.yaml
 
 
@@ -193,4 +187,4 @@ def f14(ref) -> Finding:
     return f
 
 
-CLAIMS = CLAIMS + (f14,)
+CLAIMS = (f10, f12, f14)
