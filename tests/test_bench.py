@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -97,10 +98,55 @@ def test_bench_options_split():
         _bench_options(["bench.profile=maybe"])
 
 
-def test_model_flops_counts_real_tokens_only():
-    mask = np.array([[1, 1, 1, 0], [1, 0, 0, 0]], np.float32)
-    # 4 real tokens: 6*N*4 + 6*L*d*(3^2 + 1^2)
-    assert batch_model_flops(mask, 100, 2, 8) == 6 * 100 * 4 + 6 * 2 * 8 * 10
+def _xla_dot_flops(hlo: str) -> int:
+    """2 * output size * contracted size, summed over every dot of XLA's optimized HLO."""
+    shapes = {m.group(1): [int(x) for x in m.group(2).split(",") if x] for m in
+              re.finditer(r"^\s*(?:ROOT )?%(\S+) = \w+\[([\d,]*)\]", hlo, re.M)}
+    total = 0
+    for m in re.finditer(r"^\s*(?:ROOT )?%\S+ = \w+\[([\d,]*)\]\S* dot\(%([^,)]+), %[^,)]+\),"
+                         r".*?lhs_contracting_dims=\{([\d,]*)\}", hlo, re.M):
+        out = [int(x) for x in m.group(1).split(",") if x]
+        k = np.prod([shapes[m.group(2)][int(i)] for i in m.group(3).split(",") if i])
+        total += 2 * int(np.prod(out)) * int(k)
+    return total
+
+
+def test_model_flops_match_the_matmuls_xla_compiles():
+    """An independent count: the dots in XLA's optimized HLO of one forward+backward equal the
+    formula with the attention term doubled (XLA computes the full T x T scores; the formula
+    counts the causal half, PaLM's MFU convention)."""
+    import tensorflow as tf
+
+    from trainer.bench import matmul_params
+    from trainer.config import load_config
+    from trainer.models import build_model
+
+    cfg = load_config("configs/base.yaml", ["model.num_layers=2", "model.dim=32",
+                                            "model.num_heads=2", "model.ffn_dim=64"])
+    vocab, t, b = 300, 16, 4
+    model = build_model(cfg.model, vocab, t)
+    tokens, mask = tf.zeros((b, t), tf.int32), tf.ones((b, t), tf.float32)
+
+    @tf.function(jit_compile=True)
+    def grads(tokens, mask):
+        with tf.GradientTape() as tape:
+            logits = model(tokens, padding_mask=mask, training=True)
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(tokens, logits))
+        return tape.gradient(loss, model.trainable_variables)
+
+    model(tokens, padding_mask=mask)
+    hlo = grads.experimental_get_compiler_ir(tokens, mask)(stage="optimized_hlo")
+    n, layers, d = matmul_params(model), 2, 32
+    causal = batch_model_flops(np.ones((b, t)), n, layers, d)
+    attention = causal - 6 * n * b * t
+    assert _xla_dot_flops(hlo) == causal + attention
+
+
+def test_model_flops_count_real_tokens_only():
+    full = batch_model_flops(np.ones((2, 4), np.float32), 100, 2, 8)
+    half = batch_model_flops(np.array([[1, 1, 0, 0], [1, 1, 0, 0]], np.float32), 100, 2, 8)
+    one = batch_model_flops(np.array([[1, 1, 0, 0]], np.float32), 100, 2, 8)
+    assert half == 2 * one and half < full  # pads add nothing; a sequence's cost is its own
 
 
 def test_bench_data_streaming_small(tmp_path):
