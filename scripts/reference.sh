@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate results/reference/ in named sub-sweeps (each <= 45 min on 2 CPU cores, about 3 h in
+# Regenerate results/reference/ in named sub-sweeps (each <= 45 min on 2 CPU cores, about 5 h in
 # all), then results/README.md (the findings). Each part skips finished runs and resumes
 # unfinished ones, so rerunning after an interruption loses nothing; commit each part's runs as
 # soon as it finishes. Run from a clean checkout: the runs record the commit they came from.
