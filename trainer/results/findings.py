@@ -229,12 +229,17 @@ def _fragility(run) -> str:
     return f"{run.summary.get('loss_spikes') or 0} spikes"
 
 
+def _ratio(a, b):
+    return None if a is None or not b else a / b
+
+
 def f6(ref: Reference) -> Finding:
     f = Finding("F6", "Post-LN needs learning-rate warm-up, Pre-LN does not (Xiong et al. 2020); "
                 "at init Post-LN's gradient grows toward the output blocks, Pre-LN's does not",
                 "final eval loss at a high LR with and without warm-up (diverged = ∞); "
                 "FFN-out gradient norm last/first block at init (`analyze grad-profile`, Xavier "
-                "init as in the paper)",
+                "init as in the paper); reported besides: the same ratio over training in the "
+                "high-LR slice (`grad_norm/ffn_out/block_i`)",
                 f"Post-LN without warm-up not worse by {WARMUP_MARGIN} nats, Pre-LN without warm-up "
                 f"not below bigram, or Post-LN's init ratio ≤ {PROFILE_GROWTH}",
                 plot="lr_slice/plots/loss.png")
@@ -247,6 +252,15 @@ def f6(ref: Reference) -> Finding:
         return f
     for (p, x), v in loss.items():
         f.lines.append(line(f"{p}-LN, warm-up {x}", v))
+    last = ref.num_layers("lr_slice") - 1
+    for (p, x) in loss:  # reported, not part of the verdict: how the profile evolves in training
+        for when in ("first", "mid", "last"):
+            f.lines.append(line(f"{p}-LN, warm-up {x}: FFN-out gradient norm last/first block, "
+                                f"{ {'first': 'step 0', 'mid': 'mid-training', 'last': 'final'}[when]}",
+                                ref.per_seed(f, "lr_slice", lambda r, w=when: _ratio(
+                                    r.train_at(f"grad_norm/ffn_out/block_{last}", w),
+                                    r.train_at("grad_norm/ffn_out/block_0", w)),
+                                    norm="layer", placement=p, warmup_steps=x)))
     for init, ratios in sorted(profile.items()):
         f.lines.append(f"init ratio, {init}: " + ", ".join(
             f"{p} {fmt_seeds(v)}" for p, v in sorted(ratios.items())))

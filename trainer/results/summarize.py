@@ -95,8 +95,11 @@ class Run:
         return (curve[0][1] if which == "first" else curve[-1][1]) if curve else None
 
     def train_at(self, tag: str, which: str = "last"):
+        """First, middle or last point of a training curve (None when never written)."""
         curve = self.train.get(tag)
-        return (curve[0][1] if which == "first" else curve[-1][1]) if curve else None
+        if not curve:
+            return None
+        return curve[{"first": 0, "mid": len(curve) // 2}.get(which, -1)][1]
 
     def probe(self, tag: str):
         """A final probe value: from summary.json, else the last point of its eval curve."""
