@@ -247,9 +247,27 @@ def test_files_text_and_json(tmp_path):
     (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     (tmp_path / "v.jsonl").write_text(json.dumps({"body": "held out text", "id": 0}))
     files = f"{{train: {tmp_path / 'd.jsonl'}, validation: [{tmp_path / 'v.jsonl'}]}}"
-    cj = prepare(_files_cfg(tmp_path, files, "data.format=json", "data.text_column=body"))
+    auto = _files_cfg(tmp_path, files, "data.text_column=body")  # format from the extension
+    assert auto.format == "json"
+    cj = prepare(auto)
     assert _texts(cj, "validation") == ["held out text"]
     assert sorted(_texts(cj, "train") + _texts(cj, "test")) == sorted(lines)
+
+
+@pytest.mark.parametrize("files, fmt", [("a.txt", "text"), ("a.jsonl", "json"),
+                                        ("a.JSON.gz", "json"), ("a.parquet", "parquet"),
+                                        ("{train: a.ndjson, validation: [b.jsonl]}", "json")])
+def test_files_format_follows_the_extension(files, fmt):
+    assert load_config(None, ["data.source=files", f"data.files={files}"]).data.format == fmt
+
+
+@pytest.mark.parametrize("files, message", [("a.csv", "cannot tell the format of 'a.csv'"),
+                                            ("[a.txt, b.jsonl]", "mix formats")])
+def test_files_format_that_cannot_be_inferred_is_one_error(files, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, ["data.source=files", f"data.files={files}"])
+    named = load_config(None, ["data.source=files", f"data.files={files}", "data.format=text"])
+    assert named.data.format == "text"  # a named format is taken as given
 
 
 def test_files_errors(tmp_path):

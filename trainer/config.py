@@ -61,7 +61,7 @@ class DataConfig:
     name: Optional[str] = None  # hub dataset name, e.g. wikitext
     config: Optional[str] = None  # hub dataset config, e.g. wikitext-2-raw-v1
     files: Optional[Any] = None  # local files: a path/glob, a list, or {split: path(s)}
-    format: str = "text"  # local file format: text | json | parquet
+    format: str = "auto"  # local file format: text | json | parquet | auto (from the extension)
     text_column: str = "text"  # column holding the text
     validation_fraction: float = 0.05  # held out when a source has no validation split
     test_fraction: float = 0.05  # held out when a source has no test split
@@ -167,6 +167,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
         except OmegaConfBaseException as e:
             raise _one_line(e, schema, f"override '{item}'") from None
+    resolve(cfg)
     validate(cfg)
     OmegaConf.set_readonly(cfg, True)
     return cfg
@@ -176,10 +177,46 @@ def _norm_residual(value: Any) -> str:
     return str(value).strip().lower()
 
 
+# data.format=auto: the local files' extension decides (compressed files by the inner one)
+FORMAT_BY_EXTENSION = {".txt": "text", ".text": "text", ".md": "text", ".json": "json",
+                       ".jsonl": "json", ".ndjson": "json", ".parquet": "parquet"}
+
+
+def infer_format(files: Any) -> str:
+    """The file format of ``data.files`` (a path/glob, a list, or {split: path(s)}) from its
+    extensions; one clear error when they are unknown or disagree."""
+    if OmegaConf.is_config(files):
+        files = OmegaConf.to_container(files, resolve=True)
+    items = files.values() if isinstance(files, dict) else [files]
+    paths = [str(x) for item in items for x in ([item] if isinstance(item, (str, os.PathLike))
+                                                 else (item or []))]
+    found = set()
+    for path in paths:
+        suffixes = [x.lower() for x in Path(path).suffixes]
+        if suffixes and suffixes[-1] in (".gz", ".bz2", ".xz", ".zst"):
+            suffixes = suffixes[:-1]
+        fmt = FORMAT_BY_EXTENSION.get(suffixes[-1] if suffixes else "")
+        if fmt is None:
+            raise ConfigError(f"data.format=auto cannot tell the format of '{path}' from its "
+                              f"extension; set data.format to one of {', '.join(FILE_FORMATS)}")
+        found.add(fmt)
+    if len(found) > 1:
+        raise ConfigError(f"data.files mix formats ({', '.join(sorted(found))}); set data.format")
+    return found.pop() if found else "text"
+
+
+def resolve(cfg: DictConfig) -> None:
+    """Fill in what a config leaves to the lab (the run directory records the result):
+    ``model.residual`` as a lower-case string, ``data.format=auto`` as the files' format
+    (``text`` for the embedded corpus and hub datasets, which do not use it)."""
+    cfg.model.residual = _norm_residual(cfg.model.residual)
+    if cfg.data.format == "auto":
+        cfg.data.format = infer_format(cfg.data.files) if cfg.data.source == "files" else "text"
+
+
 def validate(cfg: DictConfig) -> None:
-    """Reject values and combinations that mean nothing, one line each."""
+    """Reject values and combinations that mean nothing, one line each (changes nothing)."""
     m, d, t, r = cfg.model, cfg.data, cfg.train, cfg.runtime
-    m.residual = _norm_residual(m.residual)
 
     def one_of(key: str, value: str, valid: tuple[str, ...]) -> None:
         if value not in valid:
