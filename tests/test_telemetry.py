@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -210,3 +211,23 @@ def test_sweep_hparams_table_has_one_session_per_run(tmp_path):
     assert [h.name for h in served.hparam_infos][:2] == ["norm", "residual"]
     table = (out / "summary.csv").read_text().splitlines()
     assert len(table) == 1 + len(runs)
+
+
+def test_tensorboard_command_serves_a_results_directory(runs, tmp_path):
+    """`python -m trainer tensorboard DIR --port 0` starts the real TensorBoard, which lists the
+    runs; a missing directory is one error line."""
+    import urllib.request
+
+    proc = subprocess.Popen([sys.executable, "-m", "trainer", "tensorboard", str(runs["layer"].parent),
+                             "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()  # printed once the server listens
+        url = first.split(" at ")[1].split()[0]
+        listed = json.loads(urllib.request.urlopen(url + "data/runs", timeout=30).read())
+        assert f"{runs['layer'].name}/train" in listed, listed
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    bad = subprocess.run([sys.executable, "-m", "trainer", "tensorboard", str(tmp_path / "nope")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr

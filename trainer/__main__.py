@@ -1,4 +1,5 @@
-"""Command line: ``python -m trainer {train,sweep,summarize,findings,analyze,reproduce,bench}`` (kept thin on purpose)."""
+"""Command line: ``python -m trainer {train,sweep,summarize,findings,analyze,reproduce,bench,tensorboard}``
+(kept thin on purpose)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
     analyze = sub.add_parser("analyze", help="an analysis (e.g. grad-profile); KIND --help for more")
     analyze.add_argument("kind", help="grad-profile")
     analyze.add_argument("args", nargs=argparse.REMAINDER, help="the analysis' own arguments")
+
+    board = sub.add_parser("tensorboard", help="start TensorBoard on a results or run directory")
+    board.add_argument("logdir", nargs="?", default="results", help="default: results/")
+    board.add_argument("--port", type=int, default=6006, help="0: any free port")
+    board.add_argument("--host", default="localhost", help="0.0.0.0 to serve other machines")
 
     bench = sub.add_parser("bench", help="performance report as JSON")
     bench.add_argument("--config", default="configs/bench.yaml", help="experiment YAML")
@@ -115,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.kind not in ANALYSES:
                 raise ConfigError(f"unknown analysis '{args.kind}'; valid: {', '.join(ANALYSES)}")
             return importlib.import_module(ANALYSES[args.kind]).main(args.args)
+        elif args.command == "tensorboard":
+            from trainer.telemetry.tensorboard import serve
+
+            return serve(Path(args.logdir), args.port, args.host)
         elif args.command == "bench":
             from trainer.bench import bench
 

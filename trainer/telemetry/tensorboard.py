@@ -140,3 +140,27 @@ def custom_scalars_layout() -> layout_pb2.Layout:
                                multiline=layout_pb2.MultilineChartContent(tag=[regex]))
               for title, regex in families]
     return layout_pb2.Layout(category=[layout_pb2.Category(title="per block", chart=charts)])
+
+
+def serve(logdir: Path, port: int, host: str) -> int:
+    """Run TensorBoard on ``logdir`` until interrupted (``python -m trainer tensorboard``)."""
+    import time
+
+    from tensorboard import program
+
+    from trainer.config import ConfigError
+
+    if not logdir.is_dir():
+        raise ConfigError(f"no such directory to show: {logdir}")
+    board = program.TensorBoard()
+    board.configure(logdir=str(logdir), port=port, host=host, load_fast="false")
+    try:
+        url = board.launch()
+    except program.TensorBoardServerException as e:  # e.g. the port is taken
+        raise ConfigError(f"TensorBoard could not start: {e.msg}") from None
+    print(f"TensorBoard on {logdir} at {url} (Ctrl-C to stop)", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        return 0
