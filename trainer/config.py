@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 
 class ConfigError(ValueError):
@@ -123,7 +123,7 @@ def _one_line(err: OmegaConfBaseException, schema: DictConfig, origin: str) -> C
     """Turn an OmegaConf error into one line naming the key and the closest valid key."""
     full_key = getattr(err, "full_key", None) or ""
     msg = str(err).splitlines()[0]
-    if "not in" in msg or "Key '" in msg and "not" in msg:
+    if isinstance(err, ConfigKeyError):  # a key the schema does not have
         parent_path, _, leaf = full_key.rpartition(".")
         parent = OmegaConf.select(schema, parent_path) if parent_path else schema
         return ConfigError(f"{origin}: unknown config key '{full_key}'{_closest(leaf, parent)}")
