@@ -150,12 +150,6 @@ class Corpus:
             "bucket_histogram": {int(L): int(c) for L, c in zip(self.buckets, hist)},
         }
 
-    def metadata(self) -> dict:
-        """What a run should record to identify its data exactly."""
-        return {"source": str(self.data_cfg.source), "fingerprint": self.fingerprint,
-                "tokenizer_hash": self.tokenizer_hash, "vocab_size": self.vocab_size,
-                "max_len": self.max_len, "buckets": self.buckets, "batch_sizes": self.batch_sizes}
-
 
 def prepare(data_cfg: Any, seed: int = 0) -> Corpus:
     """Load, split, tokenize (cached) and index ``data_cfg`` (the ``cfg.data`` node) into a Corpus.

@@ -1,4 +1,4 @@
-"""One Transformer block, written as the equations in ARCHITECTURE.md.
+"""One Transformer block, written as the equations in README.md ("The variants").
 
     pre : h = x + F(N(x))        post: h = N(x + F(x))
     residual=false drops the ``x +`` (no add op in the graph);

@@ -33,7 +33,6 @@ def register(name: str):
     def wrap(cls):
         cls = keras.saving.register_keras_serializable(package="trainer")(cls)
         NORMS[name] = cls
-        cls.registry_name = name
         return cls
 
     return wrap
