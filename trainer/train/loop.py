@@ -1,7 +1,9 @@
 """The training loop: data, model, compiled steps, summaries, checkpoints, divergence.
 
 Everything stateful lives here, outside the compiled steps: reading step outputs, writing
-summaries, evaluating, checkpointing, deciding that a run diverged.
+summaries, evaluating, checkpointing, deciding that a run diverged. ``_train`` is the whole
+run in one screen: ``build_run``, restore the checkpoint (weights and the loop's history), then
+each step trains, logs, maybe evaluates (``Evaluator``) and maybe checkpoints; ``_summary``.
 """
 
 from __future__ import annotations
@@ -194,7 +196,7 @@ class Evaluator:
                 "final_eval_loss_train_mode": self.last_train_mode, "probes": self.probes}
 
 
-class Progress:
+class RunningValues:
     """The train steps' running values a resume carries on from: max grad norm, the last
     finite step, loss spikes (``history()`` goes into each checkpoint)."""
 
@@ -243,7 +245,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
         _write_meta(cfg, run_dir, corpus, stats, strategy, argv)
     writers = _open_curves(cfg, run_dir, start, stats)
     evaluator = Evaluator(cfg, run, corpus, writers, timings, history)
-    running, speed = Progress(history, corpus.vocab_size, t.log_every), Throughput()
+    running, speed = RunningValues(history, corpus.vocab_size, t.log_every), Throughput()
     diverged_step = None
     if start == 0:
         evaluator(0)
@@ -312,7 +314,7 @@ def _open_curves(cfg, run_dir: Path, start: int, stats: dict) -> RunWriters:
     return writers
 
 
-def _summary(t, diverged_step, run: Run, evaluator: Evaluator, running: Progress,
+def _summary(t, diverged_step, run: Run, evaluator: Evaluator, running: RunningValues,
              speed: Throughput, stats: dict, precise_bn, timings: Timings) -> dict:
     """summary.json: the run's result (diverged when ``diverged_step`` is set)."""
     completed = diverged_step is None
