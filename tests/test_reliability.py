@@ -23,6 +23,7 @@ from trainer.config import load_config
 from trainer.faults import EXIT_BUSY, EXIT_IO, EXIT_STOPPED
 from trainer.results.events import read_scalars
 from trainer.sweep import expand_variants, load_spec
+from trainer.train.checkpoint import history_at, make_checkpoint, restore
 from trainer.train.loop import run_training
 from trainer.train.rundir import RunDirError
 
@@ -121,7 +122,7 @@ def test_preempted_run_checkpoints_at_that_step_and_resumes_identically(tmp_path
     step = int(lines[0].split("stopped at step ")[1].split(";")[0])
     assert lines[0] == f"stopped at step {step}; rerun the same command to resume"
     assert 4 <= step < 20 and _ckpt_numbers(run)[-1] == step  # checkpointed where it stopped
-    assert json.loads((run / "progress.json").read_text())["step"] == step
+    assert history_at(run / "checkpoints" / f"ckpt-{step}")["step"] == step  # and its history
     assert not (run / "summary.json").exists()
     assert subprocess.run(_train_cmd(run), cwd=ROOT, capture_output=True).returncode == 0
     _assert_same_run(run, clean_run, 20)
@@ -399,10 +400,59 @@ def test_batch_norm_run_resumes_with_its_running_statistics(tmp_path):
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     run_training(cfg, whole, argv=["test"], progress=False)
     shutil.copytree(whole, resumed)
-    for path in [resumed / "summary.json", *(resumed / "checkpoints").glob("ckpt-6*"),
-                 *(resumed / "checkpoints").glob("progress-6*")]:
+    for path in [resumed / "summary.json", *(resumed / "checkpoints").glob("ckpt-6*")]:
         path.unlink()
     (resumed / "checkpoints" / "checkpoint").write_text(
         'model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-3"\n')
     run_training(cfg, resumed, argv=["test"], progress=False)
     _assert_same_run(resumed, whole, 6)
+
+
+def test_history_survives_a_resume_from_the_checkpoint_alone(tmp_path):
+    """The loop's running values (best and last eval losses, max grad norm, last finite step,
+    spike counter, probes) come back from the checkpoint itself, with no JSON beside it.
+
+    Killed after its last checkpoint but before summary.json, a rerun trains no step: every
+    value of its summary comes from the checkpoint's history. Resumed mid-run, it carries on
+    to exactly the history and curves of the uninterrupted run."""
+    cfg = load_config(None, [*TINY, "train.steps=6", "train.checkpoint_every=3",
+                             "train.eval_every=2"])
+    whole = tmp_path / "whole"
+    expected = run_training(cfg, whole, argv=["test"], progress=False)
+    at3 = history_at(whole / "checkpoints" / "ckpt-3")
+    assert at3["step"] == 3 and at3["last_finite"]["step"] == 2 and at3["max_grad_norm"] > 0
+    assert at3["final_eval_loss"] is not None and at3["best_eval_loss"] <= at3["final_eval_loss"]
+    assert len(at3["spikes"]["recent"]) == 1 and at3["probes"]  # not a fresh start's defaults
+
+    at_end, resumed = tmp_path / "at_end", tmp_path / "resumed"
+    for run in (at_end, resumed):
+        shutil.copytree(whole, run)
+        (run / "summary.json").unlink()
+    for path in (resumed / "checkpoints").glob("ckpt-6*"):
+        path.unlink()
+    (resumed / "checkpoints" / "checkpoint").write_text(
+        'model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-3"\n')
+    for run in (at_end, resumed):
+        assert [p.name for p in run.rglob("*.json")] == ["meta.json"]  # no history beside it
+        summary = run_training(cfg, run, argv=["test"], progress=False)
+        for key in ("status", "steps", "final_eval_loss", "final_eval_loss_train_mode",
+                    "best_eval_loss", "max_grad_norm", "last_finite", "probes", "loss_spikes",
+                    "loss_spike_steps"):
+            assert summary[key] == expected[key], (run.name, key)
+    assert (history_at(resumed / "checkpoints" / "ckpt-6")
+            == history_at(whole / "checkpoints" / "ckpt-6"))
+    _assert_same_run(resumed, whole, 6)
+
+
+def test_a_checkpoint_without_history_is_refused_and_kept(tmp_path):
+    """Checkpoints from before the history moved into them (progress-N.json beside them) are
+    treated as unreadable: refused with the reason, nothing deleted."""
+    import keras
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    (tmp_path / "checkpoints").mkdir()
+    make_checkpoint(model).write(str(tmp_path / "checkpoints" / "ckpt-3"))
+    before = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    with pytest.raises(RunDirError, match="ckpt-3: written before checkpoints held the run's hist"):
+        restore(make_checkpoint(model, resumable=True), tmp_path)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == before

@@ -1,13 +1,21 @@
-"""A run's checkpoints: restore the newest readable one, save with its progress, clean up.
+"""A run's checkpoints: restore the newest readable one, save with the loop's history, clean up.
 
-``RUN_DIR/checkpoints/ckpt-N.{index,data-*}`` are tf.train checkpoints (model, optimizer,
-step); ``progress-N.json`` beside each holds the loop's running values at step N (best eval
-loss, max grad norm, ...), so falling back to an older checkpoint also falls back to its
-progress. ``RUN_DIR/progress.json`` mirrors the newest one for people and tools.
+``RUN_DIR/checkpoints/ckpt-N.{index,data-*}`` are tf.train checkpoints of everything a resume
+needs: model, optimizer, step and the loop's running values at step N (best eval loss, max
+grad norm, last eval losses, last finite step, spike counter, last probes) as JSON in one
+string variable, ``history``. One save writes them together, so a kill can never leave a
+checkpoint beside a stale history, and falling back to an older checkpoint falls back to its
+history too. ``history_at`` reads it back for people and tools.
+
+Checkpoints written before the history moved into them (it was in ``progress-N.json`` files
+beside them) are not resumed: each counts as unreadable ("written before ..."), so a run dir
+holding only those is refused with ``RunDirError`` and nothing is deleted; train such a run
+again in a fresh directory.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -17,17 +25,21 @@ from pathlib import Path
 import tensorflow as tf
 
 from trainer.faults import _reason, writing
-from trainer.train.rundir import RunDirError, read_json, write_json
+from trainer.train.rundir import RunDirError
 
 KEEP = 2  # a corrupt newest checkpoint leaves an older one to fall back to
 _INDEX = re.compile(r"ckpt-(\d+)\.index")
 # What reading a damaged checkpoint raises: TF errors, or e.g. IndexError("Read less bytes
 # than requested") from a truncated data file; a structure mismatch fails the assert.
 _UNREADABLE = (tf.errors.OpError, OSError, ValueError, IndexError, AssertionError)
+HISTORY_KEY = "history/.ATTRIBUTES/VARIABLE_VALUE"  # the history variable's name in a checkpoint
+_LEGACY = "written before checkpoints held the run's history (train it again in a fresh directory)"
 
 
-def make_checkpoint(model, optimizer=None, step=None) -> tf.train.Checkpoint:
-    """The tf.train.Checkpoint of a run: every model variable, the optimizer and the step.
+def make_checkpoint(model, optimizer=None, resumable: bool = False) -> tf.train.Checkpoint:
+    """The tf.train.Checkpoint of a run: every model variable, the optimizer, and when
+    ``resumable`` the step and the loop's history (``save`` assigns them, ``restore`` returns
+    the history).
 
     ``weights`` lists ``model.variables`` explicitly, in construction order: tf.train does not
     follow the Keras 3 list of blocks, so without it a block's non-trainable state (BN running
@@ -36,9 +48,15 @@ def make_checkpoint(model, optimizer=None, step=None) -> tf.train.Checkpoint:
     parts = {"weights": list(model.variables), "model": model}
     if optimizer is not None:
         parts["optimizer"] = optimizer
-    if step is not None:
-        parts["step"] = step
+    if resumable:
+        parts["step"] = tf.Variable(0, dtype=tf.int64, name="step")
+        parts["history"] = tf.Variable("{}", dtype=tf.string, name="history")
     return tf.train.Checkpoint(**parts)
+
+
+def history_at(prefix: str | Path) -> dict:
+    """The loop's history saved in the checkpoint ``prefix`` (``.../checkpoints/ckpt-N``)."""
+    return json.loads(tf.train.load_checkpoint(str(prefix)).get_tensor(HISTORY_KEY))
 
 
 def _found(directory: Path) -> list[int]:
@@ -59,8 +77,8 @@ def restore(ckpt: tf.train.Checkpoint, run_dir: Path) -> tuple[tf.train.Checkpoi
     """Restore the newest readable checkpoint of ``run_dir`` into ``ckpt``.
 
     Returns the manager to save with, the restored step (0 when there is none) and the
-    progress saved with it. Each unreadable checkpoint is reported in one line on stderr;
-    when none is readable, ``RunDirError`` is raised and nothing is deleted.
+    history saved with it ({} when there is none). Each unreadable checkpoint is reported in
+    one line on stderr; when none is readable, ``RunDirError`` is raised and nothing is deleted.
     """
     directory = Path(run_dir) / "checkpoints"
     remove_temp(directory)
@@ -68,6 +86,9 @@ def restore(ckpt: tf.train.Checkpoint, run_dir: Path) -> tuple[tf.train.Checkpoi
     for n in found:
         prefix = directory / f"ckpt-{n}"
         try:
+            if HISTORY_KEY not in dict(tf.train.list_variables(str(prefix))):
+                failures.append((n, _LEGACY))
+                continue
             ckpt.restore(str(prefix)).assert_existing_objects_matched()
         except _UNREADABLE as e:
             failures.append((n, _reason(e)))
@@ -99,24 +120,15 @@ def restore(ckpt: tf.train.Checkpoint, run_dir: Path) -> tuple[tf.train.Checkpoi
     manager = tf.train.CheckpointManager(ckpt, str(directory), max_to_keep=KEEP)
     if restored is None:
         return manager, 0, {}
-    progress = read_json(directory / f"progress-{restored}.json")
-    if not progress:  # a run dir from before per-checkpoint progress files
-        progress = read_json(Path(run_dir) / "progress.json")
-    return manager, restored, progress
+    return manager, restored, json.loads(ckpt.history.numpy().decode())
 
 
-def save(manager: tf.train.CheckpointManager, step_var: tf.Variable, step: int,
-         progress: dict, run_dir: Path) -> None:
-    """Checkpoint at ``step`` with its ``progress``; an I/O failure is a ``RunIOError`` and
-    leaves the previous checkpoints as they were (the manager deletes only after a save)."""
-    directory = Path(manager.directory)
-    # The progress file first: a checkpoint on disk always has its progress beside it.
-    write_json(directory / f"progress-{step}.json", {"step": step, **progress})
-    step_var.assign(step)
-    with writing("checkpoint", directory / f"ckpt-{step}"):
+def save(manager: tf.train.CheckpointManager, step: int, history: dict) -> None:
+    """Checkpoint at ``step`` with the loop's ``history`` in it; an I/O failure is a
+    ``RunIOError`` and leaves the previous checkpoints as they were (the manager deletes only
+    after a save)."""
+    ckpt = manager.checkpoint
+    ckpt.history.assign(json.dumps({"step": step, **history}, default=str))
+    ckpt.step.assign(step)
+    with writing("checkpoint", Path(manager.directory) / f"ckpt-{step}"):
         manager.save(checkpoint_number=step)
-    write_json(Path(run_dir) / "progress.json", {"step": step, **progress})
-    kept = {Path(p).name for p in manager.checkpoints}
-    for p in directory.glob("progress-*.json"):
-        if p.name.replace("progress-", "ckpt-").removesuffix(".json") not in kept:
-            p.unlink(missing_ok=True)

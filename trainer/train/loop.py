@@ -1,7 +1,9 @@
 """The training loop: data, model, compiled steps, summaries, checkpoints, divergence.
 
 Everything stateful lives here, outside the compiled steps: reading step outputs, writing
-summaries, evaluating, checkpointing, deciding that a run diverged.
+summaries, evaluating, checkpointing, deciding that a run diverged. ``_train`` is the whole
+run in one screen: ``build_run``, restore the checkpoint (weights and the loop's history), then
+each step trains, logs, maybe evaluates (``Evaluator``) and maybe checkpoints; ``_summary``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import math
 import resource
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import keras
@@ -29,7 +32,7 @@ from trainer.telemetry.tensorboard import RunWriters, expand, truncate_events
 from trainer.train import checkpoint
 from trainer.train.preempt import stop_requests
 from trainer.train.rundir import collect_meta, inspect_run_dir, read_json, run_lock, write_json
-from trainer.train.timing import Timings
+from trainer.train.timing import Throughput, Timings
 from trainer.train.step import make_eval_step, make_replicated_train_step, make_train_step
 from trainer.train.strategy import make_strategy
 
@@ -107,33 +110,34 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
             keras.mixed_precision.set_global_policy(previous)
 
 
-def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> dict:
-    t = cfg.train
-    keras.utils.set_random_seed(t.seed)
-    tf.config.experimental.enable_op_determinism()
-    strategy = make_strategy(cfg.runtime.strategy)
+@dataclass
+class Run:
+    """A run's model, optimizer and compiled steps (``build_run``)."""
+
+    model: keras.Model
+    optimizer: keras.optimizers.Optimizer
+    train_step: object
+    eval_step: object
+    # None when the model has no batch statistics or dropout: the inference step gives the
+    # same loss, so it is reused rather than compiled (and held in memory) again per shape.
+    eval_step_train_mode: object | None
+
+    def compile_count(self) -> dict:
+        return {"train": self.train_step.experimental_get_tracing_count(),
+                "eval": self.eval_step.experimental_get_tracing_count(),
+                "eval_train_mode": self.eval_step_train_mode.experimental_get_tracing_count()
+                if self.eval_step_train_mode else 0}
+
+
+def build_run(cfg, corpus, strategy) -> Run:
+    """Model and optimizer (under ``strategy``), then the train, eval and train-mode eval
+    steps. The caller seeds first (``keras.utils.set_random_seed``, op determinism): the
+    order here is what makes the initial weights, and so every curve, reproducible."""
+    t, xla = cfg.train, cfg.runtime.xla
     with strategy.scope():
         model = build_model(cfg.model, corpus.vocab_size, corpus.max_len)
         optimizer = make_optimizer(t)
         optimizer.build(model.trainable_variables)
-    step_var = tf.Variable(0, dtype=tf.int64, name="step")
-    ckpt = checkpoint.make_checkpoint(model, optimizer, step_var)
-    manager, start, history = checkpoint.restore(ckpt, run_dir)
-    if start == 0:
-        data_info = {"dataset_fingerprint": corpus.fingerprint,
-                     "tokenizer_hash": corpus.tokenizer_hash, "data_stats": corpus.stats(),
-                     "devices": [d.name for d in tf.config.list_logical_devices()],
-                     "replicas": strategy.num_replicas_in_sync}
-        write_json(run_dir / "meta.json",
-                   collect_meta(cfg, argv if argv is not None else sys.argv, data_info))
-    # Curves past the checkpoint belong to work that is about to be redone (the evaluation at
-    # the checkpoint's own step ran before it was saved; a fresh start redoes everything).
-    truncate_events(run_dir / "train", keep_below=start)
-    truncate_events(run_dir / "eval", keep_below=start + 1 if start else 0)
-    if start == 0:
-        truncate_events(run_dir, keep_below=0)  # the HParams session is written again below
-
-    xla = cfg.runtime.xla
     if strategy.num_replicas_in_sync > 1:
         train_step = make_replicated_train_step(strategy, model, optimizer,
                                                 clip_norm=t.clip_norm, xla=xla)
@@ -141,150 +145,201 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
         train_step = make_train_step(model, optimizer, clip_norm=t.clip_norm,
                                      telemetry=cfg.runtime.telemetry, xla=xla,
                                      shared_update=cfg.runtime.shared_update)
-    eval_step = make_eval_step(model, xla=xla)
-    # Without batch statistics or dropout the train-mode program would be the same program:
-    # reuse it rather than compile (and hold in memory) a copy per eval shape.
-    eval_step_train_mode = (make_eval_step(model, xla=xla, training=True)
-                            if model.mode_dependent else None)
-    eval_batches = corpus.eval_batches("validation", cfg.data.eval_batches or None)
+    return Run(model, optimizer, train_step, make_eval_step(model, xla=xla),
+               make_eval_step(model, xla=xla, training=True) if model.mode_dependent else None)
 
-    writers = RunWriters(run_dir)
+
+class Evaluator:
+    """Evaluations at eval steps: the eval loss (inference mode and train mode), probes and
+    their histograms when telemetry is on, all written to the eval curves; keeps the best and
+    last values, which carry over a resume through ``history()``."""
+
+    def __init__(self, cfg, run: Run, corpus, writers: RunWriters, timings: Timings,
+                 history: dict):
+        self.run, self.writers, self.timings = run, writers, timings
+        self.telemetry = cfg.runtime.telemetry
+        self.batches = corpus.eval_batches("validation", cfg.data.eval_batches or None)
+        self.best = history.get("best_eval_loss", math.inf)
+        self.last = history.get("final_eval_loss")
+        self.last_train_mode = history.get("final_eval_loss_train_mode")
+        self.probes = history.get("probes", {})
+        self.probe = ProbeBatch(self.batches, corpus.max_len)
+
+    def __call__(self, step: int) -> None:
+        with self.timings.phase("eval"):
+            run = self.run
+            compiled = run.eval_step.experimental_get_tracing_count()
+            loss = evaluate(run.eval_step, self.batches)
+            train_mode = (evaluate_train_mode(run.model, run.eval_step_train_mode, self.batches)
+                          if run.eval_step_train_mode else loss)
+            scalars = {"loss": loss, "perplexity": math.exp(min(loss, 50.0)),
+                       "loss_train_mode": train_mode}
+            if self.telemetry:
+                self.probes, histograms = run_probes(run.model, self.probe)
+                scalars.update(self.probes)
+                self.writers.histograms("eval", histograms, step)
+            self.writers.write("eval", scalars, step)
+            if run.eval_step.experimental_get_tracing_count() != compiled:
+                release_free_memory()
+            self.last, self.last_train_mode = loss, train_mode
+            if math.isfinite(loss):
+                self.best = min(self.best, loss)
+
+    def precise_bn(self, corpus, seed: int) -> float:
+        """Inference-mode eval loss with BN population statistics recomputed on train batches."""
+        with self.timings.phase("eval"), population_statistics(
+                self.run.model, [corpus.train_batch(i, seed) for i in range(PRECISE_BN_BATCHES)]):
+            return evaluate(self.run.eval_step, self.batches)
+
+    def history(self) -> dict:
+        return {"best_eval_loss": self.best, "final_eval_loss": self.last,
+                "final_eval_loss_train_mode": self.last_train_mode, "probes": self.probes}
+
+
+class RunningValues:
+    """The train steps' running values a resume carries on from: max grad norm, the last
+    finite step, loss spikes (``history()`` goes into each checkpoint)."""
+
+    def __init__(self, history: dict, vocab_size: int, log_every: int):
+        self.max_grad = history.get("max_grad_norm", 0.0)
+        self.last_finite = history.get("last_finite", {})
+        self.spikes = SpikeCounter.from_state(vocab_size, log_every, history.get("spikes"))
+
+    def update(self, step: int, loss: float, grad: float) -> None:
+        self.spikes.update(step, loss)
+        self.max_grad = max(self.max_grad, grad)
+        self.last_finite = {"step": step, "loss": loss, "grad_norm": grad}
+
+    def history(self) -> dict:
+        return {"max_grad_norm": self.max_grad, "last_finite": self.last_finite,
+                "spikes": self.spikes.state()}
+
+
+def _timed_step(train_step, batch, timings: Timings, speed: Throughput) -> tuple[dict, float]:
+    """One train step: its outputs and loss. Its time goes to "compile" when it compiled a new
+    shape, else to "train" and ``speed``."""
+    timings.step_started()
+    traces = train_step.experimental_get_tracing_count()
+    t0 = time.perf_counter()
+    out = train_step(batch)
+    loss = float(out["loss"])  # also the sync point that makes the timing honest
+    dt = time.perf_counter() - t0
+    if train_step.experimental_get_tracing_count() != traces:  # compiled a new shape
+        timings.add("compile", dt)
+        release_free_memory()  # the compiler's garbage, before it adds to the next peak
+    else:
+        timings.add("train", dt)
+        speed.add(dt, float(out["tokens"]), float(np.prod(batch["inputs"].shape)))
+    return out, loss
+
+
+def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> dict:
+    t, stats = cfg.train, corpus.stats()
+    keras.utils.set_random_seed(t.seed)
+    tf.config.experimental.enable_op_determinism()
+    strategy = make_strategy(cfg.runtime.strategy)
+    run = build_run(cfg, corpus, strategy)
+    manager, start, history = checkpoint.restore(
+        checkpoint.make_checkpoint(run.model, run.optimizer, resumable=True), run_dir)
     if start == 0:
-        writers.hparams({k.split(".")[-1]: _hparam(OmegaConf.select(cfg, k)) for k in HPARAM_KEYS})
-        writers.write("train", {"pad_fraction": corpus.stats()["pad_fraction"]}, 0)
-
-    best = history.get("best_eval_loss", math.inf)
-    max_grad = history.get("max_grad_norm", 0.0)
-    last_eval = history.get("final_eval_loss")
-    last_train_mode = history.get("final_eval_loss_train_mode")
-    last_probes = history.get("probes", {})
-    spikes = SpikeCounter.from_state(corpus.vocab_size, t.log_every, history.get("spikes"))
-    status, diverged_step, last_finite = "completed", None, history.get("last_finite", {})
-    real_tokens = padded_tokens = 0.0
-    timed = 0.0
-    window_tokens = window_time = 0.0
-
-    probe = ProbeBatch(eval_batches, corpus.max_len)
-
-    def run_eval(step: int) -> None:
-        with timings.phase("eval"):
-            _run_eval(step)
-
-    def _run_eval(step: int) -> None:
-        nonlocal best, last_eval, last_train_mode, last_probes
-        compiled = eval_step.experimental_get_tracing_count()
-        loss = evaluate(eval_step, eval_batches)
-        train_mode = (evaluate_train_mode(model, eval_step_train_mode, eval_batches)
-                      if eval_step_train_mode else loss)
-        scalars = {"loss": loss, "perplexity": math.exp(min(loss, 50.0)),
-                   "loss_train_mode": train_mode}
-        if cfg.runtime.telemetry:
-            last_probes, histograms = run_probes(model, probe)
-            scalars.update(last_probes)
-            writers.histograms("eval", histograms, step)
-        writers.write("eval", scalars, step)
-        if eval_step.experimental_get_tracing_count() != compiled:
-            release_free_memory()
-        last_eval, last_train_mode = loss, train_mode
-        if math.isfinite(loss):
-            best = min(best, loss)
-
+        _write_meta(cfg, run_dir, corpus, stats, strategy, argv)
+    writers = _open_curves(cfg, run_dir, start, stats)
+    evaluator = Evaluator(cfg, run, corpus, writers, timings, history)
+    running, speed = RunningValues(history, corpus.vocab_size, t.log_every), Throughput()
+    diverged_step = None
     if start == 0:
-        run_eval(0)
+        evaluator(0)
     dataset = iter(corpus.train_dataset(t.seed, start_step=start))
     bar = tqdm(range(start, t.steps), initial=start, total=t.steps, disable=not progress,
                desc=run_dir.name, unit="step", dynamic_ncols=True, leave=False)
     for step in bar:
-        batch = next(dataset)
-        timings.step_started()
-        traces = train_step.experimental_get_tracing_count()
-        t0 = time.perf_counter()
-        out = train_step(batch)
-        loss = float(out["loss"])  # also the sync point that makes the timing honest
-        dt = time.perf_counter() - t0
-        n_real = float(out["tokens"])
-        if train_step.experimental_get_tracing_count() != traces:  # compiled a new shape
-            timings.add("compile", dt)
-            release_free_memory()  # the compiler's garbage, before it adds to the next peak
-        else:  # compiling steps don't count
-            timings.add("train", dt)
-            timed += dt
-            real_tokens += n_real
-            padded_tokens += float(np.prod(batch["inputs"].shape))
-            window_tokens += n_real
-            window_time += dt
+        out, loss = _timed_step(run.train_step, next(dataset), timings, speed)
         nonfinite = bool(out["nonfinite"]) or not math.isfinite(loss)
         if nonfinite or loss > t.loss_upper_bound:
-            status, diverged_step = "diverged", step
+            diverged_step = step
             writers.write("train", {"nonfinite": float(nonfinite), "loss": loss}, step)
             break
-        spikes.update(step, loss)
-        grad = float(out["grad_norm/global"])
-        max_grad = max(max_grad, grad)
-        last_finite = {"step": step, "loss": loss, "grad_norm": grad}
+        running.update(step, loss, float(out["grad_norm/global"]))
         if step % t.log_every == 0 or step == t.steps - 1:
             scalars = expand({k: v for k, v in out.items() if k != "tokens"})
-            if window_time:
-                scalars["tokens_per_sec"] = window_tokens / window_time
+            if (rate := speed.window()) is not None:
+                scalars["tokens_per_sec"] = rate
             writers.write("train", scalars, step)
-            window_tokens = window_time = 0.0
             bar.set_postfix(loss=f"{loss:.3f}")
         done = step + 1
         if done % t.eval_every == 0 or done == t.steps:
-            run_eval(done)
+            evaluator(done)
         if done % t.checkpoint_every == 0 or done == t.steps or stop.requested:
             with timings.phase("checkpoint"):
                 writers.flush()
-                checkpoint.save(manager, step_var, done,
-                                {"best_eval_loss": best, "max_grad_norm": max_grad,
-                                 "final_eval_loss": last_eval,
-                                 "final_eval_loss_train_mode": last_train_mode,
-                                 "last_finite": last_finite, "spikes": spikes.state(),
-                                 "probes": last_probes}, run_dir)
+                checkpoint.save(manager, done, {**evaluator.history(), **running.history()})
         if stop.requested and done < t.steps:  # pre-empted: the checkpoint above is at `done`
             bar.close()
             writers.close()
             raise Stopped(f"stopped at step {done}; rerun the same command to resume")
     bar.close()
-    final = {"final/best_eval_loss": best, "final/max_grad_norm": max_grad,
-             "final/diverged_step": -1 if diverged_step is None else diverged_step}
-    writers.write("eval", final, t.steps)
+    writers.write("eval", {"final/best_eval_loss": evaluator.best,
+                           "final/max_grad_norm": running.max_grad,
+                           "final/diverged_step": -1 if diverged_step is None else diverged_step},
+                  t.steps)
     writers.close()
-    precise_bn = None
-    if status == "completed" and model.block_args["norm"] in BATCH_NORMS:
-        with timings.phase("eval"), population_statistics(
-                model, [corpus.train_batch(i, t.seed) for i in range(PRECISE_BN_BATCHES)]):
-            precise_bn = evaluate(eval_step, eval_batches)
+    precise_bn = (evaluator.precise_bn(corpus, t.seed) if diverged_step is None
+                  and run.model.block_args["norm"] in BATCH_NORMS else None)
+    summary = _summary(t, diverged_step, run, evaluator, running, speed, stats, precise_bn, timings)
+    write_json(run_dir / "summary.json", summary)
+    return summary
 
-    stats = corpus.stats()
-    summary = {
-        "status": status,
-        "steps": (diverged_step if status == "diverged" else t.steps),
+
+def _write_meta(cfg, run_dir: Path, corpus, stats: dict, strategy, argv) -> None:
+    data_info = {"dataset_fingerprint": corpus.fingerprint,
+                 "tokenizer_hash": corpus.tokenizer_hash, "data_stats": stats,
+                 "devices": [d.name for d in tf.config.list_logical_devices()],
+                 "replicas": strategy.num_replicas_in_sync}
+    write_json(run_dir / "meta.json",
+               collect_meta(cfg, argv if argv is not None else sys.argv, data_info))
+
+
+def _open_curves(cfg, run_dir: Path, start: int, stats: dict) -> RunWriters:
+    """The run's summary writers, after dropping curves past the checkpoint at ``start``."""
+    # Curves past the checkpoint belong to work that is about to be redone (the evaluation at
+    # the checkpoint's own step ran before it was saved; a fresh start redoes everything).
+    truncate_events(run_dir / "train", keep_below=start)
+    truncate_events(run_dir / "eval", keep_below=start + 1 if start else 0)
+    if start == 0:
+        truncate_events(run_dir, keep_below=0)  # the HParams session is written again below
+    writers = RunWriters(run_dir)
+    if start == 0:
+        writers.hparams({k.split(".")[-1]: _hparam(OmegaConf.select(cfg, k)) for k in HPARAM_KEYS})
+        writers.write("train", {"pad_fraction": stats["pad_fraction"]}, 0)
+    return writers
+
+
+def _summary(t, diverged_step, run: Run, evaluator: Evaluator, running: RunningValues,
+             speed: Throughput, stats: dict, precise_bn, timings: Timings) -> dict:
+    """summary.json: the run's result (diverged when ``diverged_step`` is set)."""
+    completed = diverged_step is None
+    return {
+        "status": "completed" if completed else "diverged",
+        "steps": t.steps if completed else diverged_step,
         "diverged_step": diverged_step,
-        "final_eval_loss": last_eval if status == "completed" else None,
-        "final_eval_loss_train_mode": last_train_mode if status == "completed" else None,
+        "final_eval_loss": evaluator.last if completed else None,
+        "final_eval_loss_train_mode": evaluator.last_train_mode if completed else None,
         # inference mode with population statistics recomputed after training (BN runs only)
         "final_eval_loss_precise_bn": precise_bn,
-        "loss_spikes": spikes.count,
-        "loss_spike_steps": spikes.steps,
-        "best_eval_loss": best if math.isfinite(best) else None,
-        "last_finite": last_finite,
-        "max_grad_norm": max_grad,
-        "probes": last_probes,
-        "tokens_per_sec": real_tokens / timed if timed else None,
-        "padded_tokens_per_sec": padded_tokens / timed if timed else None,
+        "loss_spikes": running.spikes.count,
+        "loss_spike_steps": running.spikes.steps,
+        "best_eval_loss": evaluator.best if math.isfinite(evaluator.best) else None,
+        "last_finite": running.last_finite,
+        "max_grad_norm": running.max_grad,
+        "probes": evaluator.probes,
+        **speed.summary(),
         "pad_fraction": stats["pad_fraction"],
-        "compile_count": {"train": train_step.experimental_get_tracing_count(),
-                          "eval": eval_step.experimental_get_tracing_count(),
-                          "eval_train_mode": eval_step_train_mode.experimental_get_tracing_count()
-                          if eval_step_train_mode else 0},
-        "num_params": int(model.count_params()),
+        "compile_count": run.compile_count(),
+        "num_params": int(run.model.count_params()),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "end_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "time": timings.summary(),  # seconds by phase and train_share (train/timing.py)
     }
-    write_json(run_dir / "summary.json", summary)
-    return summary
 
 
 def _hparam(value):

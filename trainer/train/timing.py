@@ -7,6 +7,8 @@ later run in the same process (tests, notebooks). ``train`` is the time inside t
 shape; ``compile`` the steps that did (tracing + XLA compilation + that step); ``eval`` covers
 evaluations, probes and their compilation; ``startup`` is process start to the first train step.
 ``train_share`` = train / wall: the fraction of the run spent training.
+
+``Throughput`` counts tokens over the same timed (non-compiling) train steps.
 """
 
 from __future__ import annotations
@@ -50,3 +52,33 @@ class Timings:
         out["startup_s"] = round((self.first_step or time.time()) - self.process_start, 3)
         out["train_share"] = round(self.seconds["train"] / wall, 4) if wall > 0 else None
         return out
+
+
+class Throughput:
+    """Tokens per second over timed train steps (steps that compiled a new shape don't count).
+
+    ``summary()`` covers every timed step of this process; ``window()`` the steps since its
+    previous call (the ``tokens_per_sec`` curve, one value per logged step).
+    """
+
+    def __init__(self):
+        self.seconds = self.real_tokens = self.padded_tokens = 0.0
+        self._window_tokens = self._window_seconds = 0.0
+
+    def add(self, seconds: float, real_tokens: float, padded_tokens: float) -> None:
+        self.seconds += seconds
+        self.real_tokens += real_tokens
+        self.padded_tokens += padded_tokens
+        self._window_tokens += real_tokens
+        self._window_seconds += seconds
+
+    def window(self) -> float | None:
+        """Real tokens per second since the last call; None when no step was timed since."""
+        rate = self._window_tokens / self._window_seconds if self._window_seconds else None
+        self._window_tokens = self._window_seconds = 0.0
+        return rate
+
+    def summary(self) -> dict:
+        timed = self.seconds
+        return {"tokens_per_sec": self.real_tokens / timed if timed else None,
+                "padded_tokens_per_sec": self.padded_tokens / timed if timed else None}
