@@ -134,9 +134,11 @@ def f12(ref: Reference) -> Finding:
 DYT_ALPHAS = (0.05, 0.2, 0.5, 1.0)  # configs/sweeps/reference_dyt.yaml
 
 
-def dyt_saturation(run, layers: int) -> float | None:
-    """Final saturation of a DyT run: max over blocks of ``probe/dyt_saturation/block_i``."""
-    xs = [run.probe(f"probe/dyt_saturation/block_{i}") for i in range(layers)]
+def dyt_saturation(run, layers: int, when: str = "final") -> float | None:
+    """Saturation of a DyT run, max over blocks of ``probe/dyt_saturation/block_i``: final, or at
+    step 0 (``when="first"``)."""
+    xs = [run.probe(f"probe/dyt_saturation/block_{i}") if when == "final"
+          else run.eval_at(f"probe/dyt_saturation/block_{i}", when) for i in range(layers)]
     return None if None in xs else max(xs)
 
 
@@ -174,7 +176,9 @@ def f14(ref) -> Finding:
     f.lines.append(f"unigram {base['unigram']:.4g}, bigram {base['bigram']:.4g} nats")
     for a in DYT_ALPHAS:
         f.lines += [line(f"α = {a}, final eval loss", loss[a]),
-                    line(f"α = {a}, final saturation", sat[a])]
+                    line(f"α = {a}, final saturation", sat[a]),
+                    line(f"α = {a}, saturation at step 0 (reported)",
+                         {s_: dyt_saturation(r, layers, "first") for s_, r in runs[a].items()})]
     plateau = [a for a in DYT_ALPHAS if at_plateau(interval(loss[a].values()).mean, base)]
     below = [a for a in DYT_ALPHAS if all(x < base["bigram"] for x in loss[a].values())]
     f.lines.append(f"at the unigram plateau: α ∈ {{{', '.join(map(str, plateau))}}}; "
