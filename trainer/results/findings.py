@@ -340,7 +340,9 @@ def all_claims() -> tuple:
 
 
 def measure(ref: Reference) -> list[Finding]:
-    return [claim(ref) for claim in all_claims()]
+    """Every claim measured, in page order: S, then F1, F2, … by number."""
+    return sorted((claim(ref) for claim in all_claims()),
+                  key=lambda f: -1 if f.id == "S" else int(f.id.lstrip("F")))
 
 
 def render(ref: Reference, findings: list[Finding]) -> str:
