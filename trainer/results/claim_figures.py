@@ -5,6 +5,7 @@
   mean. Read left to right for depth, light to dark for training: collapse present at init
   (before any learning) is not an effect of failing to train.
 - ``loss_by_depth.png`` (F11): final eval loss at 2, 6 and 12 blocks per variant.
+- ``ln_numbers.png`` (F13): the two example vectors before and after LayerNorm.
 - ``saturation.png`` (F14): final eval loss and final DyT saturation vs initial α, seeds as
   points, mean as line, with the baselines and ``SATURATED_MIN`` drawn in.
 """
@@ -148,8 +149,30 @@ def saturation_by_alpha(ref, path: Path) -> Path | None:
     return path
 
 
+def ln_numbers(path: Path) -> Path:
+    """F13's figure: each example vector before and after the lab's LayerNorm."""
+    import numpy as np
+
+    from trainer.results.findings_ln import DOMINANT, NEAR_CONSTANT, normalise
+
+    out = normalise([DOMINANT, NEAR_CONSTANT])
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)
+    for ax, name, x, y in zip(axes, ("one dominant feature", "near-constant"),
+                              (DOMINANT, NEAR_CONSTANT), out):
+        idx = np.arange(len(x))
+        ax.bar(idx - 0.2, x, 0.4, color="#bbbbbb", label="input x")
+        ax.bar(idx + 0.2, y, 0.4, color=NORM_COLORS["layer"], label="LN(x)")
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xticks(idx, [f"feature {i}" for i in idx])
+        ax.set_title(f"{name}: std {np.std(x):.3g} → {np.std(y):.3g}", loc="left")
+        ax.legend(frameon=False)
+    save_figure(fig, path)
+    return path
+
+
 def write_claim_figures(ref) -> list[Path]:
     out = [collapse_by_depth(ref, ref.root / "grid" / "plots" / "collapse_by_depth.png"),
            loss_by_depth(ref, ref.root / "depth" / "plots" / "loss_by_depth.png"),
-           saturation_by_alpha(ref, ref.root / "dyt" / "plots" / "saturation.png")]
+           saturation_by_alpha(ref, ref.root / "dyt" / "plots" / "saturation.png"),
+           ln_numbers(ref.root / "analysis" / "ln_numbers.png") if ref.runs else None]
     return [p for p in out if p is not None]

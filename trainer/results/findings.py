@@ -334,9 +334,10 @@ CLAIMS = (scale, f1, f2, f3, f4, f5, f6, f7)
 
 def all_claims() -> tuple:
     """Every claim in page order: this module's, then the other claim modules'."""
-    from trainer.results import findings_batch, findings_depth, findings_stream
+    from trainer.results import findings_batch, findings_depth, findings_ln, findings_stream
 
-    return CLAIMS + findings_batch.CLAIMS + findings_depth.CLAIMS + findings_stream.CLAIMS
+    return (CLAIMS + findings_batch.CLAIMS + findings_depth.CLAIMS + findings_ln.CLAIMS
+            + findings_stream.CLAIMS)
 
 
 def measure(ref: Reference) -> list[Finding]:

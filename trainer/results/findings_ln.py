@@ -1,0 +1,83 @@
+"""Claim F13: LN's own numbers, computed with the lab's real LayerNorm layer (no runs needed).
+
+The same two vectors as the doc-tested example in ``trainer/models/norms.py``: one dominant
+feature, damped to a unit-variance vector; a near-constant one, re-expanded. And the texts'
+"each token is normalised over its own features" as a Jacobian: d output[b, t] / d input[b', t']
+over a (B, T, C) input is exactly zero for (b', t') != (b, t), on random inputs of 3 seeds
+(BatchNorm in training mode, for contrast, is not). Figure: ``analysis/ln_numbers.png``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainer.results.finding import Finding, line
+from trainer.results.findings import DEPENDENT_MIN, INVARIANT_MAX
+from trainer.results.metrics import beyond
+
+DOMINANT = [10.0, 0.0, 0.0, 0.0]
+NEAR_CONSTANT = [1.0, 1.01, 0.99, 1.0]
+# A vector whose variance is far above epsilon leaves LN with mean 0 and std 1 to float32
+# precision; 1e-3 leaves ample room.
+UNIT_TOL = 1e-3
+# "Re-expanded": a vector with std 0.007 (variance 5e-5, five times epsilon = 1e-5) comes out
+# with at least half of unit std, i.e. scaled up ~70x or more.
+REEXPANDED_MIN = 0.5
+SEEDS = (0, 1, 2)
+
+
+def normalise(vectors: list[list[float]], norm: str = "layer") -> np.ndarray:
+    from trainer.models.norms import make_norm
+
+    return np.asarray(make_norm(norm)(np.asarray([vectors], "float32")))[0]
+
+
+def cross_token_jacobian(norm: str, seed: int) -> float:
+    """max |d y[b, t] / d x[b', t']| over (b', t') != (b, t), a random (2, 3, 5) input."""
+    import tensorflow as tf
+
+    from trainer.models.norms import make_norm
+
+    layer = make_norm(norm)
+    x = tf.constant(np.random.default_rng(seed).normal(size=(2, 3, 5)), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x, padding_mask=tf.ones((2, 3)), training=True)
+    jac = tape.jacobian(y, x).numpy()
+    for b in range(2):
+        for t in range(3):
+            jac[b, t, :, b, t, :] = 0.0
+    return float(np.abs(jac).max())
+
+
+def f13(ref) -> Finding:
+    f = Finding("F13", "LN normalises each token over its own features: a dominant feature is "
+                "damped, a near-constant vector re-expanded, and no token's output depends on "
+                "another token's input",
+                "LN (the lab's layer, ε = 1e-5) of two example vectors; max cross-token entry of "
+                "the Jacobian d y[b, t] / d x[b', t'] on random (2, 3, 5) inputs, 3 seeds",
+                f"the dominant vector's output mean or std off 0 / 1 by > {UNIT_TOL:g}, the "
+                f"near-constant one's output std below {REEXPANDED_MIN}, an LN cross-token "
+                f"Jacobian entry > {INVARIANT_MAX:g}, or BN's (training mode) ≤ {DEPENDENT_MIN:g}",
+                plot="analysis/ln_numbers.png")
+    out = normalise([DOMINANT, NEAR_CONSTANT])
+    jac = {n: {s: cross_token_jacobian(n, s) for s in SEEDS} for n in ("layer", "batch")}
+    for name, x, y in (("dominant", DOMINANT, out[0]), ("near-constant", NEAR_CONSTANT, out[1])):
+        # rounded so float32 noise (~1e-7, its sign machine-dependent) never reaches the page
+        shown = ", ".join(f"{round(float(v), 3) + 0.0:.3f}" for v in y)
+        f.lines.append(f"{name}: LN({x}) = [{shown}] (input std "
+                       f"{np.std(x):.4g} → output std {np.std(y):.3f}, mean "
+                       f"{round(float(np.mean(y)), 3) + 0.0:.3f})")
+    f.lines += [line(f"{n}, max cross-token Jacobian entry", v) for n, v in jac.items()]
+    f.parts.append(("the dominant vector becomes mean 0, std 1",
+                    abs(float(np.mean(out[0]))) <= UNIT_TOL
+                    and abs(float(np.std(out[0])) - 1.0) <= UNIT_TOL))
+    f.parts.append(("the near-constant vector is re-expanded",
+                    float(np.std(out[1])) >= REEXPANDED_MIN))
+    f.parts.append(("LN's tokens do not see each other",
+                    beyond(jac["layer"], INVARIANT_MAX, "below")
+                    and all(v > DEPENDENT_MIN for v in jac["batch"].values())))
+    return f
+
+
+CLAIMS = (f13,)
