@@ -12,11 +12,11 @@ The per-sequence mean token loss is averaged over the N sequences.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 
+from trainer.analysis import parse_run_dirs, run_dirs_parser
 from trainer.atomic import save_figure, write_csv
 from trainer.config import ConfigError, load_config
 
@@ -137,15 +137,9 @@ def run(run_dirs: list[Path], out: Path, n: int, sizes) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer analyze batch-size",
-                                description=__doc__.splitlines()[0])
-    p.add_argument("run_dirs", nargs="+", type=Path)
-    p.add_argument("--out", required=True, type=Path, help="directory for batch_size.csv/.png")
+    p = run_dirs_parser("batch-size", __doc__, "batch_size.csv/.png")
     p.add_argument("--sequences", type=int, default=64, help="validation windows evaluated")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
-    args = p.parse_args(argv)
-    for d in args.run_dirs:
-        if not (d / "config.yaml").is_file():
-            raise ConfigError(f"not a run directory (no config.yaml): {d}")
+    args = parse_run_dirs(p, argv)
     run(args.run_dirs, args.out, args.sequences, args.batch_sizes)
     return 0

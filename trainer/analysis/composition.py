@@ -14,11 +14,11 @@ statistics untouched) and inference mode (running statistics).
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 
+from trainer.analysis import parse_run_dirs, run_dirs_parser
 from trainer.analysis.batch_size import MODES, full_windows, restore
 from trainer.atomic import save_figure, write_csv
 from trainer.config import ConfigError
@@ -118,14 +118,8 @@ def run(run_dirs: list[Path], out: Path, n: int) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer analyze composition",
-                                description=__doc__.splitlines()[0])
-    p.add_argument("run_dirs", nargs="+", type=Path)
-    p.add_argument("--out", required=True, type=Path, help="directory for composition.csv/.png")
+    p = run_dirs_parser("composition", __doc__, "composition.csv/.png")
     p.add_argument("--sequences", type=int, default=16, help="validation sequences (targets)")
-    args = p.parse_args(argv)
-    for d in args.run_dirs:
-        if not (d / "config.yaml").is_file():
-            raise ConfigError(f"not a run directory (no config.yaml): {d}")
+    args = parse_run_dirs(p, argv)
     run(args.run_dirs, args.out, args.sequences)
     return 0

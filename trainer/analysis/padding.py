@@ -17,11 +17,11 @@ normaliser; masked BN's statistics see real tokens only. Also recorded: the batc
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 
+from trainer.analysis import parse_run_dirs, run_dirs_parser
 from trainer.analysis.batch_size import restore
 from trainer.atomic import save_figure, write_csv
 from trainer.config import ConfigError, load_config
@@ -123,14 +123,8 @@ def run(run_dirs: list[Path], out: Path, k: int) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer analyze padding",
-                                description=__doc__.splitlines()[0])
-    p.add_argument("run_dirs", nargs="+", type=Path)
-    p.add_argument("--out", required=True, type=Path, help="directory for padding.csv/.png")
+    p = run_dirs_parser("padding", __doc__, "padding.csv/.png")
     p.add_argument("--batches", type=int, default=20, help="training batches per condition")
-    args = p.parse_args(argv)
-    for d in args.run_dirs:
-        if not (d / "config.yaml").is_file():
-            raise ConfigError(f"not a run directory (no config.yaml): {d}")
+    args = parse_run_dirs(p, argv)
     run(args.run_dirs, args.out, args.batches)
     return 0

@@ -19,11 +19,11 @@ block's hidden state (``return_hidden``):
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 
+from trainer.analysis import parse_run_dirs, run_dirs_parser
 from trainer.analysis.batch_size import full_windows, restore
 from trainer.atomic import save_figure, write_csv
 from trainer.config import ConfigError
@@ -185,18 +185,12 @@ def run(run_dirs: list[Path], out: Path, train_windows: int = 48, test_windows: 
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer analyze stream",
-                                description=__doc__.splitlines()[0])
-    p.add_argument("run_dirs", nargs="+", type=Path)
-    p.add_argument("--out", required=True, type=Path, help="directory for stream.csv/.png")
+    p = run_dirs_parser("stream", __doc__, "stream.csv/.png")
     p.add_argument("--train-windows", type=int, default=48, help="validation windows the probes "
                    "are fitted on")
     p.add_argument("--test-windows", type=int, default=16, help="the next windows, scored")
     p.add_argument("--steps", type=int, default=PROBE_STEPS, help="Adam steps per probe")
-    args = p.parse_args(argv)
-    for d in args.run_dirs:
-        if not (d / "config.yaml").is_file():
-            raise ConfigError(f"not a run directory (no config.yaml): {d}")
+    args = parse_run_dirs(p, argv)
     if min(args.train_windows, args.test_windows, args.steps) < 1:
         raise ConfigError("--train-windows, --test-windows and --steps must be >= 1")
     run(args.run_dirs, args.out, args.train_windows, args.test_windows, args.steps)

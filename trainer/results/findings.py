@@ -186,6 +186,10 @@ def f4(ref: Reference) -> Finding:
     return f
 
 
+def _ratio(a, b):
+    return None if a is None or not b else a / b
+
+
 def _fragile(run) -> bool:
     return run.status == "diverged" or (run.summary.get("loss_spikes") or 0) > 0
 
@@ -202,9 +206,8 @@ def f5(ref: Reference) -> Finding:
     last = ref.num_layers("grid") - 1
 
     def growth(run):
-        a = run.train_at(f"activation/block_{last}/token_std", "last")
-        b = run.train_at("activation/block_0/token_std", "last")
-        return None if a is None or not b else a / b
+        return _ratio(run.train_at(f"activation/block_{last}/token_std", "last"),
+                      run.train_at("activation/block_0/token_std", "last"))
 
     g = {n: ref.per_seed(f, "grid", growth, norm=n, **BASE) for n in ("layer", "none")}
     runs = {n: ref.select(f, "lr_slice", norm=n, placement="pre") for n in ("layer", "none")}
@@ -227,10 +230,6 @@ def _fragility(run) -> str:
     if run.status == "diverged":
         return f"diverged at {run.summary.get('diverged_step')}"
     return f"{run.summary.get('loss_spikes') or 0} spikes"
-
-
-def _ratio(a, b):
-    return None if a is None or not b else a / b
 
 
 def f6(ref: Reference) -> Finding:
