@@ -35,8 +35,9 @@ out = {}
 for strategy in ("default", "mirrored"):
     cfg = load_config(None, json.loads(sys.argv[2]) + [f"runtime.strategy={strategy}"])
     summary = run_training(cfg, f"{sys.argv[1]}/{strategy}", argv=["test"], progress=False)
-    out[strategy] = {"loss": [v for _, v in read_scalars(f"{sys.argv[1]}/{strategy}/train")["loss"]],
-                     "eval": summary["final_eval_loss"]}
+    curves = read_scalars(f"{sys.argv[1]}/{strategy}/train")
+    out[strategy] = {"loss": [v for _, v in curves["loss"]], "eval": summary["final_eval_loss"],
+                     "blocks": {k: [v for _, v in c] for k, c in curves.items() if "block_" in k}}
 print(json.dumps(out))
 """
 
@@ -59,6 +60,14 @@ def test_mirrored_two_logical_cpus_matches_one_device(tmp_path):
     assert two["loss"] == pytest.approx(one["loss"], abs=RUN_TOL)
     assert two["eval"] == pytest.approx(one["eval"], abs=RUN_TOL)
     assert two["loss"] != one["loss"]  # it really ran on two replicas (different summation)
+    # Per-block telemetry: the same curves as one device (gradient norms and update ratios
+    # from the all-reduced gradients, stream statistics weighted by each replica's tokens).
+    assert set(two["blocks"]) == set(one["blocks"])
+    assert any(k.startswith("grad_norm/block_") for k in one["blocks"])
+    assert any(k.startswith("activation/block_") for k in one["blocks"])
+    assert any(k.startswith("update_ratio/block_") for k in one["blocks"])
+    for key, curve in one["blocks"].items():
+        assert two["blocks"][key][0] == pytest.approx(curve[0], rel=1e-4, abs=1e-6), key
 
 
 def _free_ports(n: int) -> list[int]:

@@ -72,5 +72,5 @@ def test_shared_update_compiles_once_per_shape_plus_one():
     counts = []
     for rows, length in [(4, 8), (4, 8), (2, 16), (4, 8), (2, 16)]:
         step(_batch(rng, rows, length, repeat_tokens=True))
-        counts.append(step.experimental_get_tracing_count())
+        counts.append(step.compilations())
     assert counts == [2, 2, 3, 3, 3]  # shape 1 + the update; shape 2; nothing per batch

@@ -33,7 +33,7 @@ from trainer.train import checkpoint
 from trainer.train.preempt import stop_requests
 from trainer.train.rundir import collect_meta, inspect_run_dir, read_json, run_lock, write_json
 from trainer.train.timing import Throughput, Timings
-from trainer.train.step import make_eval_step, make_replicated_train_step, make_train_step
+from trainer.train.step import Step, make_eval_step, make_train_step
 from trainer.train.strategy import make_strategy
 
 # Keys a variant is described by in the HParams dashboard.
@@ -116,16 +116,16 @@ class Run:
 
     model: keras.Model
     optimizer: keras.optimizers.Optimizer
-    train_step: object
-    eval_step: object
+    train_step: Step
+    eval_step: Step
     # None when the model has no batch statistics or dropout: the inference step gives the
     # same loss, so it is reused rather than compiled (and held in memory) again per shape.
-    eval_step_train_mode: object | None
+    eval_step_train_mode: Step | None
 
     def compile_count(self) -> dict:
-        return {"train": self.train_step.experimental_get_tracing_count(),
-                "eval": self.eval_step.experimental_get_tracing_count(),
-                "eval_train_mode": self.eval_step_train_mode.experimental_get_tracing_count()
+        return {"train": self.train_step.compilations(),
+                "eval": self.eval_step.compilations(),
+                "eval_train_mode": self.eval_step_train_mode.compilations()
                 if self.eval_step_train_mode else 0}
 
 
@@ -138,13 +138,9 @@ def build_run(cfg, corpus, strategy) -> Run:
         model = build_model(cfg.model, corpus.vocab_size, corpus.max_len)
         optimizer = make_optimizer(t)
         optimizer.build(model.trainable_variables)
-    if strategy.num_replicas_in_sync > 1:
-        train_step = make_replicated_train_step(strategy, model, optimizer,
-                                                clip_norm=t.clip_norm, xla=xla)
-    else:
-        train_step = make_train_step(model, optimizer, clip_norm=t.clip_norm,
-                                     telemetry=cfg.runtime.telemetry, xla=xla,
-                                     shared_update=cfg.runtime.shared_update)
+    train_step = make_train_step(model, optimizer, clip_norm=t.clip_norm,
+                                 telemetry=cfg.runtime.telemetry, xla=xla,
+                                 shared_update=cfg.runtime.shared_update, strategy=strategy)
     return Run(model, optimizer, train_step, make_eval_step(model, xla=xla),
                make_eval_step(model, xla=xla, training=True) if model.mode_dependent else None)
 
@@ -168,7 +164,7 @@ class Evaluator:
     def __call__(self, step: int) -> None:
         with self.timings.phase("eval"):
             run = self.run
-            compiled = run.eval_step.experimental_get_tracing_count()
+            compiled = run.eval_step.compilations()
             loss = evaluate(run.eval_step, self.batches)
             train_mode = (evaluate_train_mode(run.model, run.eval_step_train_mode, self.batches)
                           if run.eval_step_train_mode else loss)
@@ -179,7 +175,7 @@ class Evaluator:
                 scalars.update(self.probes)
                 self.writers.histograms("eval", histograms, step)
             self.writers.write("eval", scalars, step)
-            if run.eval_step.experimental_get_tracing_count() != compiled:
+            if run.eval_step.compilations() != compiled:
                 release_free_memory()
             self.last, self.last_train_mode = loss, train_mode
             if math.isfinite(loss):
@@ -219,12 +215,12 @@ def _timed_step(train_step, batch, timings: Timings, speed: Throughput) -> tuple
     """One train step: its outputs and loss. Its time goes to "compile" when it compiled a new
     shape, else to "train" and ``speed``."""
     timings.step_started()
-    traces = train_step.experimental_get_tracing_count()
+    traces = train_step.compilations()
     t0 = time.perf_counter()
     out = train_step(batch)
     loss = float(out["loss"])  # also the sync point that makes the timing honest
     dt = time.perf_counter() - t0
-    if train_step.experimental_get_tracing_count() != traces:  # compiled a new shape
+    if train_step.compilations() != traces:  # compiled a new shape
         timings.add("compile", dt)
         release_free_memory()  # the compiler's garbage, before it adds to the next peak
     else:
