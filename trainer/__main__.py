@@ -72,6 +72,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in ("train", "reproduce"):  # before TensorFlow starts XLA
+        from trainer import compile_cache
+
+        compile_cache.enable()
     import_tensorflow_quietly()
     from trainer.data.sources import DataError
     from trainer.sweep import SweepFailed

@@ -12,7 +12,7 @@ import math
 import resource
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import keras
@@ -21,6 +21,7 @@ import tensorflow as tf
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
+from trainer import compile_cache
 from trainer.data import prepare
 from trainer.faults import Stopped
 from trainer.models import BATCH_NORMS, build_model
@@ -108,6 +109,7 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
                 return _train(cfg, run_dir, corpus, argv, progress, stop, timings)
         finally:
             keras.mixed_precision.set_global_policy(previous)
+            compile_cache.promote()  # what this run compiled, for the next process
 
 
 @dataclass
@@ -122,11 +124,17 @@ class Run:
     # same loss, so it is reused rather than compiled (and held in memory) again per shape.
     eval_step_train_mode: Step | None
 
+    # the persistent cache's entries when the steps were made (compile_count tells new ones)
+    cache_before: set = field(default_factory=compile_cache.snapshot)
+
     def compile_count(self) -> dict:
-        return {"train": self.train_step.compilations(),
-                "eval": self.eval_step.compilations(),
-                "eval_train_mode": self.eval_step_train_mode.compilations()
-                if self.eval_step_train_mode else 0}
+        """Programs traced per step; ``xla``: of all of them, how many XLA compiled in this
+        run and how many it loaded from the persistent cache (``trainer.compile_cache``)."""
+        count = {"train": self.train_step.compilations(),
+                 "eval": self.eval_step.compilations(),
+                 "eval_train_mode": self.eval_step_train_mode.compilations()
+                 if self.eval_step_train_mode else 0}
+        return {**count, "xla": compile_cache.account(sum(count.values()), self.cache_before)}
 
 
 def build_run(cfg, corpus, strategy) -> Run:

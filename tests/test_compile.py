@@ -1,0 +1,100 @@
+"""Compile counts held against XLA's own record, the persistent cache, and the bound.
+
+The bound from first principles: a run compiles one train program per bucket shape (plus the
+shape-independent update when ``runtime.shared_update``), one eval program per eval shape (and
+as many train-mode eval programs for models with batch statistics), and nothing afterwards:
+every batch has one of the bucket shapes, so a second epoch adds zero compilations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import TINY
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _train(tmp: Path, name: str, cache: Path, extra=()) -> tuple[dict, int]:
+    """A ``python -m trainer train`` run with XLA dumping its modules; returns the summary
+    and the number of modules XLA compiled (each dumps one ``*.before_optimizations.txt``)."""
+    dump = tmp / f"dump-{name}"
+    env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump}", NORMLAB_XLA_CACHE=str(cache))
+    proc = subprocess.run([sys.executable, "-m", "trainer", "train", "--workdir", str(tmp / name),
+                           "--quiet", *TINY, *extra], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    modules = len(list(dump.glob("*before_optimizations.txt"))) if dump.is_dir() else 0
+    return json.loads((tmp / name / "summary.json").read_text()), modules
+
+
+def _traced(summary: dict) -> int:
+    c = summary["compile_count"]
+    return c["train"] + c["eval"] + c["eval_train_mode"]
+
+
+def test_compile_count_is_what_xla_compiled_and_the_cache_serves_the_rest(tmp_path):
+    cache = tmp_path / "xla-cache"
+    # batch norm: train-mode eval programs too
+    first, dumped = _train(tmp_path, "first", cache, ["model.norm=batch"])
+    xla = first["compile_count"]["xla"]
+    assert xla["cache"] and dumped == _traced(first) == xla["compiled"] >= 4
+    assert xla["loaded"] == 0 and first["compile_count"]["eval_train_mode"] >= 1
+
+    # The same programs in a new process: XLA compiles nothing, the count says where they came
+    # from, and the results are the same to the last bit.
+    again, dumped = _train(tmp_path, "again", cache, ["model.norm=batch"])
+    assert dumped == again["compile_count"]["xla"]["compiled"] == 0
+    assert again["compile_count"]["xla"]["loaded"] == _traced(again) == _traced(first)
+    assert again["final_eval_loss"] == first["final_eval_loss"]
+    assert again["max_grad_norm"] == first["max_grad_norm"]
+
+    # A truncated entry (a full disk, a kill while writing) is dropped, not fed to TensorFlow
+    # (which would fail the run reading it): that one program compiles again.
+    store = next(p for p in cache.iterdir() if p.is_dir())
+    victim = sorted(store.glob("*.pb"))[0]
+    victim.write_bytes(victim.read_bytes()[:1000])
+    third, dumped = _train(tmp_path, "third", cache, ["model.norm=batch"])
+    assert dumped == third["compile_count"]["xla"]["compiled"] == 1
+    assert third["compile_count"]["xla"]["loaded"] == _traced(third) - 1
+    assert third["final_eval_loss"] == first["final_eval_loss"]
+
+
+def test_cache_off_compiles_everything(tmp_path):
+    summary, dumped = _train(tmp_path, "off", Path("off"), ["train.steps=3", "train.eval_every=3"])
+    xla = summary["compile_count"]["xla"]
+    assert not xla["cache"] and xla["loaded"] == 0
+    assert dumped == xla["compiled"] == _traced(summary)
+
+
+def test_second_epoch_adds_no_compilation(tmp_path):
+    """Every bucket shape is compiled within the first epoch; the second compiles nothing."""
+    import trainer
+
+    trainer.import_tensorflow_quietly()
+    from trainer.config import load_config
+    from trainer.data import prepare
+    from trainer.train.loop import build_run
+    from trainer.train.strategy import make_strategy
+
+    text = tmp_path / "small.txt"
+    words = "the cat sat on a mat while one dog ran far away from home".split()
+    lines = [" ".join((words * 4)[i % 7:(i % 7) + 2 + i % 37]) for i in range(240)]
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = load_config(None, [*TINY, "data.source=files", f"data.files={text}",
+                             "runtime.shared_update=true"])
+    corpus = prepare(cfg.data)
+    run = build_run(cfg, corpus, make_strategy("default"))
+    shapes = {b["inputs"].shape for b in corpus.epoch_batches("train", epoch=0)}
+    assert len(shapes) == len(cfg.data.buckets)  # the text fills every bucket
+    assert corpus.num_batches("train") > len(shapes)  # shapes repeat within an epoch
+    counts = []
+    for epoch in (0, 1):
+        for batch in corpus.epoch_batches("train", epoch=epoch):
+            run.train_step(batch)
+        counts.append(run.train_step.compilations())
+    assert counts == [len(shapes) + 1] * 2  # one per bucket shape + the shared update; then none
