@@ -33,7 +33,14 @@ def _parser() -> argparse.ArgumentParser:
                        help="leave variants another process is running to it (no table yet)")
     sweep.add_argument("--wait-limit", type=float, default=24 * 3600, metavar="SECONDS",
                        help="longest wait for variants running elsewhere (default: 24 h)")
+    sweep.add_argument("--no-reuse", action="store_true",
+                       help="one process per variant (default: --parallel worker processes "
+                       "that run variants in turn, starting Python and TensorFlow once each)")
     sweep.add_argument("overrides", nargs="*", help="dotted overrides applied to every variant")
+
+    worker = sub.add_parser("worker", help="run commands read from stdin, one JSON list of "
+                            "arguments per line (what sweep's worker processes run)")
+    worker.add_argument("result_fd", type=int, help="file descriptor the exit codes go to")
 
     summ = sub.add_parser("summarize", help="tables and plots from a results directory")
     summ.add_argument("results_dir")
@@ -72,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command in ("train", "reproduce"):  # before TensorFlow starts XLA
+    if args.command in ("train", "reproduce", "worker"):  # before TensorFlow starts XLA
         from trainer import compile_cache
 
         compile_cache.enable()
@@ -87,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
 
             cfg = load_config(args.config, args.overrides)
             workdir = Path(args.workdir or Path("runs") / Path(args.config).stem)
-            summary = run_training(cfg, workdir, argv=sys.argv, progress=not args.quiet)
+            command = sys.argv if argv is None else [sys.argv[0], *argv]  # a worker's too
+            summary = run_training(cfg, workdir, argv=command, progress=not args.quiet)
             loss = summary.get("final_eval_loss")
             print(f"{workdir}: {summary['status']} after {summary['steps']} steps"
                   + (f", eval loss {loss:.4f}" if loss is not None else ""))
@@ -95,8 +103,13 @@ def main(argv: list[str] | None = None) -> int:
             from trainer.sweep import run_sweep
 
             root = run_sweep(args.config, args.out, args.parallel, args.overrides, args.launcher,
-                             wait=not args.no_wait, wait_limit_s=args.wait_limit)
+                             wait=not args.no_wait, wait_limit_s=args.wait_limit,
+                             reuse=not args.no_reuse)
             print((root / "summary.md").read_text())
+        elif args.command == "worker":
+            from trainer.launch import serve_worker
+
+            return serve_worker(args.result_fd)
         elif args.command == "summarize":
             from trainer.results.summarize import summarize
 

@@ -1,18 +1,28 @@
 """Launching a sweep's variants and waiting for them, including variants another process runs.
 
-Each variant is one ``python -m trainer train`` process; its exit code says how it ended:
+Each variant is one ``python -m trainer train`` command; its exit code says how it ended:
 0 completed or diverged, ``EXIT_STOPPED`` pre-empted (resumable), ``EXIT_BUSY`` refused
 because another live process holds its run directory ("running elsewhere"), anything else
 failed. Two sweeps (or a relaunch after a timeout) may share a results directory: each runs
 what nobody else is running and waits for the rest.
+
+Locally, ``--parallel N`` keeps N worker processes (``python -m trainer worker``) that run
+the commands one after another in-process, so interpreter and TensorFlow start-up are paid N
+times, not once per variant; ``reuse=False`` starts one process per command instead. A run
+gives the same numbers either way (tests/test_sweep.py).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import queue
+import select
 import signal
 import subprocess
 import sys
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,33 +38,134 @@ REPORT_S = 60.0  # a progress line at least this often while waiting
 STOP_WAIT_S = 300  # how long a requeued job gives its training process to checkpoint
 
 
-def run_local(commands: list[list[str]], parallel: int, desc: str) -> list[int]:
+def run_local(commands: list[list[str]], parallel: int, desc: str, reuse: bool = True) -> list[int]:
     """N local processes at a time; returns the exit codes in order.
 
-    SIGTERM/SIGINT to the sweep is passed on to the running variants as SIGTERM (Kubernetes
-    signals only the main process), so they checkpoint and exit ``EXIT_STOPPED``; variants not
-    started yet count as stopped too.
+    ``reuse``: N worker processes run the commands (``python -m trainer ARGS...``) in turn;
+    else one process per command. SIGTERM/SIGINT to the sweep is passed on to the running
+    variants as SIGTERM (Kubernetes signals only the main process), so they checkpoint and
+    exit ``EXIT_STOPPED``; variants not started yet count as stopped too.
     """
     with stop_requests() as stop:
-        def run(cmd: list[str]) -> int:
-            if stop.requested:
-                return EXIT_STOPPED
-            proc, forwarded = subprocess.Popen(cmd), False
-            while True:
-                try:
-                    rc = proc.wait(timeout=0.5)
-                    # Signalled before it could install its handler (still starting): it
-                    # resumes from its last checkpoint all the same.
-                    return EXIT_STOPPED if forwarded and rc < 0 else rc
-                except subprocess.TimeoutExpired:
-                    if stop.requested and not forwarded:
-                        proc.send_signal(signal.SIGTERM)
-                        forwarded = True
+        jobs: queue.Queue = queue.Queue()
+        for i in range(len(commands)):
+            jobs.put(i)
+        codes: list[int | None] = [None] * len(commands)
+        bar = tqdm(total=len(commands), desc=desc, unit="run", disable=parallel == 1)
 
-        with ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
-            runs = pool.map(run, commands)
-            return list(tqdm(runs, total=len(commands), desc=desc, unit="run",
-                             disable=parallel == 1))
+        def serve() -> None:
+            worker = None
+            try:
+                while True:
+                    try:
+                        i = jobs.get_nowait()
+                    except queue.Empty:
+                        return
+                    if stop.requested:
+                        codes[i] = EXIT_STOPPED
+                    elif reuse:
+                        worker = worker if worker and worker.alive() else Worker()
+                        codes[i] = worker.run(commands[i][3:], stop)  # after "python -m trainer"
+                    else:
+                        codes[i] = _wait_forwarding(subprocess.Popen(commands[i]), stop)
+                    bar.update()
+            finally:
+                if worker is not None:
+                    worker.close()
+
+        workers = max(min(parallel, len(commands)), 1)
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for future in [pool.submit(serve) for _ in range(workers)]:
+                future.result()
+        bar.close()
+        return [EXIT_STOPPED if c is None else c for c in codes]
+
+
+def _wait_forwarding(proc: subprocess.Popen, stop, poll=None) -> int:
+    """Wait for ``proc`` (or, with ``poll``, until ``poll()`` returns a code), passing a
+    requested stop on to it as SIGTERM once."""
+    forwarded = False
+    while True:
+        try:
+            rc = poll() if poll is not None else proc.wait(timeout=0.5)
+            if rc is not None:
+                # Signalled before it could install its handler (still starting): it
+                # resumes from its last checkpoint all the same.
+                return EXIT_STOPPED if forwarded and rc < 0 else rc
+        except subprocess.TimeoutExpired:
+            pass
+        if stop.requested and not forwarded:
+            proc.send_signal(signal.SIGTERM)
+            forwarded = True
+
+
+class Worker:
+    """A ``python -m trainer worker`` process: takes one command's arguments per line on its
+    stdin and answers each with the exit code on a result pipe (its stdout and stderr stay the
+    console's, like a variant's own process)."""
+
+    def __init__(self):
+        read, write = os.pipe()
+        self.proc = subprocess.Popen([sys.executable, "-m", "trainer", "worker", str(write)],
+                                     stdin=subprocess.PIPE, pass_fds=(write,), text=True)
+        os.close(write)
+        self.results = os.fdopen(read, "r")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(self, args: list[str], stop) -> int:
+        """Run one command; a worker that dies on it (killed, out of memory) fails it."""
+        try:
+            self.proc.stdin.write(json.dumps(args) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            return self.proc.wait()
+        return _wait_forwarding(self.proc, stop, poll=self._answer)
+
+    def _answer(self) -> int | None:
+        if select.select([self.results], [], [], 0.5)[0]:
+            line = self.results.readline()
+            if line:
+                return int(json.loads(line)["rc"])
+            rc = self.proc.wait()  # the result pipe closed: the worker is gone
+            return rc if rc != 0 else 1
+        return None
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        self.proc.wait()
+        self.results.close()
+
+
+def serve_worker(result_fd: int) -> int:
+    """The worker's side: run each command read from stdin with the CLI's ``main`` in this
+    process and write its exit code; an internal error fails that command only."""
+    import gc
+
+    from trainer.__main__ import main
+
+    with os.fdopen(result_fd, "w") as results:
+        for line in sys.stdin:
+            try:
+                rc = main(json.loads(line))
+            except SystemExit as e:  # argparse errors
+                rc = e.code if isinstance(e.code, int) else 2
+            except Exception:  # an internal failure: its traceback, then the next command
+                traceback.print_exc()
+                rc = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            results.write(json.dumps({"rc": rc or 0}) + "\n")
+            results.flush()
+            import keras
+
+            keras.backend.clear_session()  # the finished run's model and programs
+            gc.collect()
+    return 0
 
 
 def _wait_until_exited(pid: int, timeout_s: float) -> bool:

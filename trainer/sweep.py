@@ -129,11 +129,12 @@ def dedupe(variants: list[Variant], configs: list) -> tuple[list[Variant], list,
 
 def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
               extra: list[str] = (), launcher: str = "local", wait: bool = True,
-              wait_limit_s: float = 24 * 3600) -> Path:
+              wait_limit_s: float = 24 * 3600, reuse: bool = True) -> Path:
     """Run every variant of the sweep into ``out_dir`` and write its summary table.
 
     ``launcher``: local (``parallel`` processes here), submitit (SLURM when the cluster has
-    it, one job per variant), or submitit-local (the same jobs as local processes).
+    it, one job per variant), or submitit-local (the same jobs as local processes). ``reuse``
+    (local): ``parallel`` worker processes run the variants in turn (``launch.Worker``).
     Variants another live process is writing are waited for (up to ``wait_limit_s``), or
     left to it when ``wait`` is false; the table is written once every variant has ended.
     """
@@ -171,7 +172,7 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     def run(indices: list[int]) -> list[int]:
         todo = [commands[i] for i in indices]
         if launcher == "local":
-            return lc.run_local(todo, parallel, desc=f"sweep {name}")
+            return lc.run_local(todo, parallel, desc=f"sweep {name}", reuse=reuse)
         return lc.job_codes(lc.submit_jobs(todo, root, cluster, spec.launcher_params))
 
     ended = lc.run_all([root / v.name for v in variants], configs, run, wait, wait_limit_s, name)
