@@ -12,7 +12,7 @@ import trainer
 tf = trainer.import_tensorflow_quietly()
 import keras  # noqa: E402
 
-from trainer.config import load_config  # noqa: E402
+from trainer.config import ConfigError, Residual, load_config  # noqa: E402
 from trainer.models import Block, CausalLM, build_model  # noqa: E402
 from trainer.models.norms import BATCH_NORMS, NORMS, MaskedBatchNorm  # noqa: E402
 
@@ -279,3 +279,18 @@ def test_layers_get_distinct_seeded_initialisation():
     first, again = weights(), weights()
     assert not np.array_equal(first[0], first[1])  # blocks are not clones of each other
     assert all(np.array_equal(a, b) for a, b in zip(first, again))  # same seed, same weights
+
+
+@pytest.mark.parametrize("value", [False, "false", "FALSE", Residual.false])
+def test_block_reads_residual_like_the_config(value):
+    block = Block(DIM, 2, 64, residual=value)
+    assert block.residual is Residual.false
+    assert block.residual is load_config(None, [f"model.residual={value}"]).model.residual
+
+
+@pytest.mark.parametrize("kw,key", [({"placement": "middle"}, "placement"),
+                                    ({"residual": "maybe"}, "residual"),
+                                    ({"init": "glorot"}, "init")])
+def test_block_bad_value_names_key_and_valid_ones(kw, key):
+    with pytest.raises(ConfigError, match=f"unknown {key} '{next(iter(kw.values()))}'.*valid: "):
+        Block(DIM, 2, 64, **kw)
