@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 from keras import ops
+from omegaconf import OmegaConf
 
 from trainer.choices import Norm, Placement
 from trainer.models.block import Block, kernel_init, normal_init
@@ -86,14 +87,9 @@ class CausalLM(keras.Model):
 
 
 def build_model(model_cfg, vocab_size: int, max_len: int) -> CausalLM:
-    """Build (and create the variables of) the LM described by ``cfg.model``."""
-    model = CausalLM(vocab_size=vocab_size, max_len=max_len, num_layers=model_cfg.num_layers,
-                     dim=model_cfg.dim, num_heads=model_cfg.num_heads, ffn_dim=model_cfg.ffn_dim,
-                     dropout=model_cfg.dropout, norm=model_cfg.norm,
-                     placement=model_cfg.placement, residual=model_cfg.residual,
-                     norm_epsilon=model_cfg.norm_epsilon, bn_momentum=model_cfg.bn_momentum,
-                     dyt_alpha=model_cfg.dyt_alpha, head_bias=model_cfg.head_bias,
-                     init=model_cfg.init, norm_affine=model_cfg.norm_affine,
-                     name="causal_lm")
+    """Build (and create the variables of) the LM described by ``cfg.model``: each field of
+    ``ModelConfig`` is the ``CausalLM`` keyword of the same name."""
+    model = CausalLM(vocab_size=vocab_size, max_len=max_len, name="causal_lm",
+                     **OmegaConf.to_container(model_cfg, resolve=True))
     model.build((None, max_len))
     return model
