@@ -329,3 +329,10 @@ def test_parallel_prepares_share_one_cache(tmp_path, corpus):
     assert [p.returncode for p in procs] == [0, 0], [e[-500:] for _, e in outs]
     assert outs[0][0] == outs[1][0] == f"{corpus.fingerprint} {corpus.tokenizer_hash}\n"
     assert not [p for p in tmp_path.rglob(".*tmp-*")]  # no temp leftovers
+
+
+def test_sources_are_the_config_vocabulary():
+    from trainer.choices import Source
+    from trainer.data.sources import LOADERS
+
+    assert set(LOADERS) == set(Source)

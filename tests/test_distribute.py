@@ -101,3 +101,13 @@ def test_multi_worker_two_processes_on_localhost(tmp_path):
     assert w0 == w1  # both workers hold the same all-reduced model
     assert w0[0] == pytest.approx(one[0], abs=STEP0_TOL)
     assert w0 == pytest.approx(one, abs=RUN_TOL)
+
+
+def test_strategy_names_are_the_config_vocabulary():
+    from trainer.choices import ConfigError, Strategy
+    from trainer.train.strategy import STRATEGIES, make_strategy
+
+    assert set(STRATEGIES) == set(Strategy)
+    with pytest.raises(ConfigError, match=r"unknown runtime.strategy 'mirror' \(did you mean "
+                                          r"'mirrored'\?\); valid: auto, "):
+        make_strategy("mirror")

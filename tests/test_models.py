@@ -4,6 +4,9 @@ Tiny models (dim 32, 2 layers, 2 heads, ffn 64, vocab 50, seq <= 12), dropout 0.
 float32 ones: "unchanged" means <= 1e-5 absolute on logits of order 1e-1, "changed" > 1e-3.
 """
 
+import dataclasses
+import inspect
+
 import numpy as np
 import pytest
 
@@ -12,7 +15,7 @@ import trainer
 tf = trainer.import_tensorflow_quietly()
 import keras  # noqa: E402
 
-from trainer.config import load_config  # noqa: E402
+from trainer.config import ConfigError, ModelConfig, Residual, load_config  # noqa: E402
 from trainer.models import Block, CausalLM, build_model  # noqa: E402
 from trainer.models.norms import BATCH_NORMS, NORMS, MaskedBatchNorm  # noqa: E402
 
@@ -279,3 +282,24 @@ def test_layers_get_distinct_seeded_initialisation():
     first, again = weights(), weights()
     assert not np.array_equal(first[0], first[1])  # blocks are not clones of each other
     assert all(np.array_equal(a, b) for a, b in zip(first, again))  # same seed, same weights
+
+
+def test_every_model_field_is_a_causal_lm_keyword():
+    # build_model passes cfg.model as keywords in one call: a new field needs a keyword
+    params = inspect.signature(CausalLM.__init__).parameters
+    assert [f.name for f in dataclasses.fields(ModelConfig) if f.name not in params] == []
+
+
+@pytest.mark.parametrize("value", [False, "false", "FALSE", Residual.false])
+def test_block_reads_residual_like_the_config(value):
+    block = Block(DIM, 2, 64, residual=value)
+    assert block.residual is Residual.false
+    assert block.residual is load_config(None, [f"model.residual={value}"]).model.residual
+
+
+@pytest.mark.parametrize("kw,key", [({"placement": "middle"}, "placement"),
+                                    ({"residual": "maybe"}, "residual"),
+                                    ({"init": "glorot"}, "init")])
+def test_block_bad_value_names_key_and_valid_ones(kw, key):
+    with pytest.raises(ConfigError, match=f"unknown {key} '{next(iter(kw.values()))}'.*valid: "):
+        Block(DIM, 2, 64, **kw)

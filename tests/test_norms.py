@@ -17,7 +17,7 @@ import trainer
 tf = trainer.import_tensorflow_quietly()
 import keras  # noqa: E402
 
-from trainer.config import NORM_NAMES  # noqa: E402
+from trainer.config import Norm  # noqa: E402
 from trainer.models.norms import BATCH_NORMS, NORMS, make_norm  # noqa: E402
 
 EXPECTED_KEYS = {"layer", "batch", "masked_batch", "sync_batch", "rms", "dyt", "none"}
@@ -45,10 +45,10 @@ def test_registry_keys_are_exactly_the_documented_ones():
 
 
 def test_config_norm_names_match_registry():
-    assert set(NORM_NAMES) == set(NORMS), (
-        f"trainer.config.NORM_NAMES and the registry differ: only in config "
-        f"{set(NORM_NAMES) - set(NORMS)}, only in registry {set(NORMS) - set(NORM_NAMES)}")
-    assert len(NORM_NAMES) == len(set(NORM_NAMES))
+    assert set(Norm) == set(NORMS), (
+        f"trainer.config.Norm and the registry differ: only in config "
+        f"{set(Norm) - set(NORMS)}, only in registry {set(NORMS) - set(Norm)}")
+    assert all(isinstance(k, Norm) for k in NORMS)
 
 
 def test_unknown_norm_lists_valid_keys():

@@ -13,7 +13,7 @@ from tensorboard.util import tensor_util
 
 from tests.conftest import TINY
 from trainer.config import load_config
-from trainer.train.loop import make_schedule, run_training
+from trainer.train.loop import HPARAM_KEYS, _hparam, make_schedule, run_training
 
 
 TINY_RUN = [*TINY, "model.num_layers=2"]
@@ -134,3 +134,13 @@ def test_time_breakdown_adds_up(tiny_run):
     # not the first run of this pytest process: its clock starts at run_training, not at the
     # interpreter's start, so it is bounded by the time since its run dir was created
     assert t["wall_s"] <= time.time() - (run_dir / "config.yaml").stat().st_mtime + 60
+
+
+def test_hparams_are_plain_values():
+    # the HParams dashboard must show "batch", not "Norm.batch" or an Enum repr
+    from omegaconf import OmegaConf
+
+    cfg = load_config(None, ["model.norm=batch", "model.residual=false"])
+    values = {k: _hparam(OmegaConf.select(cfg, k)) for k in HPARAM_KEYS}
+    assert all(type(v) in (bool, int, float, str) for v in values.values()), values
+    assert (values["model.norm"], values["model.residual"]) == ("batch", "false")

@@ -2,44 +2,43 @@
 
 Layers, lowest first: the dataclass defaults below -> a YAML file (a small diff, may name a
 ``base:`` file it extends) -> dotted CLI overrides (``model.norm=batch``). OmegaConf does the
-merging and type checking; this module turns its errors into one line that names the bad key and
-the closest valid one, and ``validate`` rejects combinations that mean nothing.
+merging and type checking; this module turns its errors into one line that names the bad key (or
+value) and the closest valid one, and ``validate`` rejects combinations that mean nothing.
+
+Fields that take one of a fixed set of names are typed by a ``Choice`` enum (trainer/choices.py):
+OmegaConf rejects any other value, the loaded config holds the member, which is also its plain
+string (``cfg.model.norm == "layer"``), and YAML, ``to_dict`` and the run directory hold the string.
+``resolve`` fills in what the lab decides (``data.format=auto``); ``validate`` only checks.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, get_type_hints
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+from trainer.choices import (Choice, ConfigError, Decay, Format, Init, Norm, Placement, Residual,
+                             Source, Strategy)
+
+__all__ = ["CHOICES", "Choice", "ConfigError", "Decay", "ExperimentConfig", "Format", "Init",
+           "Norm", "Placement", "Residual", "Source", "Strategy", "check_residual", "load_config",
+           "network_key", "resolve", "to_dict", "to_yaml", "validate"]
 
 
-class ConfigError(ValueError):
-    """A bad config or override; the message is one line meant for the user."""
-
-
-# Kept here (not imported from trainer.models) so that validating a config never imports
-# TensorFlow; tests/test_models.py checks this tuple equals the registry's keys.
-NORM_NAMES = ("layer", "batch", "masked_batch", "sync_batch", "rms", "dyt", "none")
-PLACEMENTS = ("pre", "post")
-RESIDUALS = ("true", "false", "rezero")
-SOURCES = ("embedded", "hub", "files")
-FILE_FORMATS = ("text", "json", "parquet")
 MIN_VOCAB = 3 + 256  # [PAD] [BOS] [EOS] + the byte alphabet of byte-level BPE
-STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
-INITS = ("normal", "xavier", "scaled")
 
 
 @dataclass
 class ModelConfig:
-    norm: str = "layer"  # normalization in every block: one of NORM_NAMES
-    placement: str = "pre"  # pre: h = x + F(N(x)) (+ final norm); post: h = N(x + F(x))
-    residual: str = "true"  # true | false (no add op at all) | rezero (x + a*F, a init 0)
+    norm: Norm = Norm.layer  # normalization in every block
+    placement: Placement = Placement.pre  # pre: h = x + F(N(x)) (+ final norm); post: h = N(x + F(x))
+    residual: Residual = Residual.true  # true | false (no add op at all) | rezero (x + a*F, a init 0)
     num_layers: int = 4  # number of Transformer blocks
     dim: int = 128  # width of the residual stream
     num_heads: int = 4  # attention heads (dim must divide evenly)
@@ -52,16 +51,16 @@ class ModelConfig:
     # DyT keeps its α, none is unaffected. LN then gives every token the norm sqrt(dim) (F10).
     norm_affine: bool = True
     head_bias: bool = True  # a bias on the vocabulary head (GPT-2 and LLaMA have none)
-    init: str = "normal"  # normal: N(0, 0.02) | xavier: Glorot normal | scaled: GPT-2, out-proj / sqrt(2L)
+    init: Init = Init.normal  # normal: N(0, 0.02) | xavier: Glorot normal | scaled: GPT-2, out-proj / sqrt(2L)
 
 
 @dataclass
 class DataConfig:
-    source: str = "embedded"  # embedded (gensim's Wikipedia sample) | hub | files
+    source: Source = Source.embedded  # embedded (gensim's Wikipedia sample) | hub | files
     name: Optional[str] = None  # hub dataset name, e.g. wikitext
     config: Optional[str] = None  # hub dataset config, e.g. wikitext-2-raw-v1
     files: Optional[Any] = None  # local files: a path/glob, a list, or {split: path(s)}
-    format: str = "auto"  # local file format: text | json | parquet | auto (from the extension)
+    format: Format = Format.auto  # local file format: text | json | parquet | auto (from the extension)
     text_column: str = "text"  # column holding the text
     validation_fraction: float = 0.05  # held out when a source has no validation split
     test_fraction: float = 0.05  # held out when a source has no test split
@@ -81,7 +80,7 @@ class TrainConfig:
     steps: int = 200  # optimizer steps
     lr: float = 1e-3  # peak learning rate (AdamW)
     warmup_steps: int = 20  # linear warm-up from 0 (0 = none)
-    decay: str = "cosine"  # cosine | constant after warm-up
+    decay: Decay = Decay.cosine  # cosine | constant after warm-up
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
     weight_decay: float = 0.01  # decoupled weight decay (norm and bias parameters excluded)
     clip_norm: float = 1.0  # global gradient-norm clipping (0 = off)
@@ -95,7 +94,7 @@ class TrainConfig:
 @dataclass
 class RuntimeConfig:
     xla: bool = True  # compile train/eval steps with XLA (tf.function(jit_compile=True))
-    strategy: str = "auto"  # auto | default | mirrored | multi_worker | tpu
+    strategy: Strategy = Strategy.auto  # auto | default | mirrored | multi_worker | tpu
     mixed_precision: bool = False  # bfloat16 compute on GPU/TPU; norms stay float32
     telemetry: bool = True  # per-block statistics in the train step
     # true: compile the AdamW update once for all bucket shapes, on dense gradients (a third of
@@ -113,21 +112,39 @@ class ExperimentConfig:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
 
 
-def _closest(key: str, node: DictConfig) -> str:
-    valid = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+def _choice_fields(cls: type = ExperimentConfig, prefix: str = "") -> dict[str, type[Choice]]:
+    out: dict[str, type[Choice]] = {}
+    hints = get_type_hints(cls)
+    for f in fields(cls):
+        kind = hints[f.name]
+        if is_dataclass(kind):
+            out.update(_choice_fields(kind, f"{prefix}{f.name}."))
+        elif isinstance(kind, type) and issubclass(kind, Choice):
+            out[prefix + f.name] = kind
+    return out
+
+
+CHOICES: dict[str, type[Choice]] = _choice_fields()  # "model.norm" -> Norm, for every Choice field
+
+
+def _closest(key: str, valid: list[str]) -> str:
     match = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-    return f"; did you mean '{match[0]}'?" if match else f"; valid keys: {', '.join(valid)}"
+    return f"did you mean '{match[0]}'?" if match else ""
 
 
 def _one_line(err: OmegaConfBaseException, schema: DictConfig, origin: str) -> ConfigError:
-    """Turn an OmegaConf error into one line naming the key and the closest valid key."""
+    """Turn an OmegaConf error into one line naming the key and the closest valid key or value."""
     full_key = getattr(err, "full_key", None) or ""
-    msg = str(err).splitlines()[0]
     if isinstance(err, ConfigKeyError):  # a key the schema does not have
         parent_path, _, leaf = full_key.rpartition(".")
         parent = OmegaConf.select(schema, parent_path) if parent_path else schema
-        return ConfigError(f"{origin}: unknown config key '{full_key}'{_closest(leaf, parent)}")
-    return ConfigError(f"{origin}: bad value for '{full_key}': {msg}")
+        valid = [str(k) for k in parent.keys()] if isinstance(parent, DictConfig) else []
+        hint = _closest(leaf, valid) or f"valid keys: {', '.join(valid)}"
+        return ConfigError(f"{origin}: unknown config key '{full_key}'; {hint}")
+    if isinstance(err, ValidationError) and full_key in CHOICES:  # a value outside the vocabulary
+        value = getattr(err, "value", None)
+        return ConfigError(f"{origin}: {CHOICES[full_key].unknown(value, full_key)}")
+    return ConfigError(f"{origin}: bad value for '{full_key}': {str(err).splitlines()[0]}")
 
 
 def _load_yaml(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str, Any]]:
@@ -150,39 +167,55 @@ def _load_yaml(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[str, Any]]
     return chain + [(str(path), data)]
 
 
+def _booleans_as_text(data: dict) -> dict:
+    """YAML (and a dotted override) reads ``residual: true`` as a boolean; OmegaConf refuses a
+    boolean for an Enum field, so a Choice field gets the boolean's text, which the Choice
+    itself reads (``Residual._missing_``)."""
+    for key in CHOICES:
+        *path, leaf = key.split(".")
+        parent = data
+        for part in path:
+            parent = parent.get(part) if isinstance(parent, dict) else None
+        if isinstance(parent, dict) and isinstance(parent.get(leaf), bool):
+            parent[leaf] = str(parent[leaf])
+    return data
+
+
+def _merge(cfg: DictConfig, data: dict, schema: DictConfig, origin: str) -> DictConfig:
+    try:
+        return OmegaConf.merge(cfg, OmegaConf.create(_booleans_as_text(data)))
+    except OmegaConfBaseException as e:
+        raise _one_line(e, schema, origin) from None
+
+
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()) -> DictConfig:
     """Defaults <- YAML file (and its bases) <- dotted overrides; strict, validated, read-only."""
     schema = OmegaConf.structured(ExperimentConfig)
     cfg = schema
-    layers = _load_yaml(Path(path)) if path else []
-    for origin, data in layers:
-        try:
-            cfg = OmegaConf.merge(cfg, OmegaConf.create(data))
-        except OmegaConfBaseException as e:
-            raise _one_line(e, schema, origin) from None
+    for origin, data in _load_yaml(Path(path)) if path else []:
+        cfg = _merge(cfg, data, schema, origin)
     for item in overrides:
         if "=" not in item or item.startswith("="):
             raise ConfigError(f"override '{item}' is not of the form key.path=value")
+        origin = f"override '{item}'"
         try:
-            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
+            data = OmegaConf.to_container(OmegaConf.from_dotlist([item]))
         except OmegaConfBaseException as e:
-            raise _one_line(e, schema, f"override '{item}'") from None
+            raise _one_line(e, schema, origin) from None
+        cfg = _merge(cfg, data, schema, origin)
     resolve(cfg)
     validate(cfg)
     OmegaConf.set_readonly(cfg, True)
     return cfg
 
 
-def _norm_residual(value: Any) -> str:
-    return str(value).strip().lower()
-
-
 # data.format=auto: the local files' extension decides (compressed files by the inner one)
-FORMAT_BY_EXTENSION = {".txt": "text", ".text": "text", ".md": "text", ".json": "json",
-                       ".jsonl": "json", ".ndjson": "json", ".parquet": "parquet"}
+FORMAT_BY_EXTENSION = {".txt": Format.text, ".text": Format.text, ".md": Format.text,
+                       ".json": Format.json, ".jsonl": Format.json, ".ndjson": Format.json,
+                       ".parquet": Format.parquet}
 
 
-def infer_format(files: Any) -> str:
+def infer_format(files: Any) -> Format:
     """The file format of ``data.files`` (a path/glob, a list, or {split: path(s)}) from its
     extensions; one clear error when they are unknown or disagree."""
     if OmegaConf.is_config(files):
@@ -197,41 +230,36 @@ def infer_format(files: Any) -> str:
             suffixes = suffixes[:-1]
         fmt = FORMAT_BY_EXTENSION.get(suffixes[-1] if suffixes else "")
         if fmt is None:
+            concrete = ", ".join(f for f in Format if f != Format.auto)
             raise ConfigError(f"data.format=auto cannot tell the format of '{path}' from its "
-                              f"extension; set data.format to one of {', '.join(FILE_FORMATS)}")
+                              f"extension; set data.format to one of {concrete}")
         found.add(fmt)
     if len(found) > 1:
         raise ConfigError(f"data.files mix formats ({', '.join(sorted(found))}); set data.format")
-    return found.pop() if found else "text"
+    return found.pop() if found else Format.text
 
 
 def resolve(cfg: DictConfig) -> None:
     """Fill in what a config leaves to the lab (the run directory records the result):
-    ``model.residual`` as a lower-case string, ``data.format=auto`` as the files' format
-    (``text`` for the embedded corpus and hub datasets, which do not use it)."""
-    cfg.model.residual = _norm_residual(cfg.model.residual)
-    if cfg.data.format == "auto":
-        cfg.data.format = infer_format(cfg.data.files) if cfg.data.source == "files" else "text"
+    ``data.format=auto`` as the files' format (``text`` for the embedded corpus and hub
+    datasets, which do not use it)."""
+    if cfg.data.format == Format.auto:
+        cfg.data.format = (infer_format(cfg.data.files) if cfg.data.source == Source.files
+                           else Format.text)
+
+
+def check_residual(placement: str, residual: str) -> None:
+    """The one rule joining placement and residual; ``validate`` and ``Block`` both apply it."""
+    if Residual.parse(residual, "model.residual") == Residual.rezero and \
+            Placement.parse(placement, "model.placement") == Placement.post:
+        raise ConfigError("model.residual=rezero with model.placement=post means nothing: "
+                          "post-norm renormalizes x + a*F, so ReZero's gated identity at init is "
+                          "lost; use placement=pre")
 
 
 def validate(cfg: DictConfig) -> None:
     """Reject values and combinations that mean nothing, one line each (changes nothing)."""
-    m, d, t, r = cfg.model, cfg.data, cfg.train, cfg.runtime
-
-    def one_of(key: str, value: str, valid: tuple[str, ...]) -> None:
-        if value not in valid:
-            hint = difflib.get_close_matches(str(value), valid, n=1)
-            extra = f" (did you mean '{hint[0]}'?)" if hint else ""
-            raise ConfigError(f"unknown {key} '{value}'{extra}; valid: {', '.join(valid)}")
-
-    one_of("model.norm", m.norm, NORM_NAMES)
-    one_of("model.placement", m.placement, PLACEMENTS)
-    one_of("model.residual", m.residual, RESIDUALS)
-    one_of("model.init", m.init, INITS)
-    one_of("data.source", d.source, SOURCES)
-    one_of("data.format", d.format, FILE_FORMATS)
-    one_of("runtime.strategy", r.strategy, STRATEGIES)
-    one_of("train.decay", t.decay, ("cosine", "constant"))
+    m, d, t = cfg.model, cfg.data, cfg.train
 
     def positive(key: str, value: float) -> None:
         if not value > 0:
@@ -245,9 +273,7 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"model.dim ({m.dim}) must be divisible by model.num_heads ({m.num_heads})")
     if not 0 <= m.dropout < 1:
         raise ConfigError(f"model.dropout must be in [0, 1), got {m.dropout}")
-    if m.residual == "rezero" and m.placement == "post":
-        raise ConfigError("model.residual=rezero with model.placement=post means nothing: ReZero "
-                          "removes the norm from the residual path; use placement=pre")
+    check_residual(m.placement, m.residual)
     if d.vocab_size < MIN_VOCAB:
         raise ConfigError(f"data.vocab_size must be >= {MIN_VOCAB} (3 special tokens + 256 byte "
                           f"symbols of byte-level BPE), got {d.vocab_size}")
@@ -259,9 +285,9 @@ def validate(cfg: DictConfig) -> None:
     if d.tokens_per_batch < d.max_len:
         raise ConfigError(f"data.tokens_per_batch ({d.tokens_per_batch}) must hold at least one "
                           f"sequence of data.max_len ({d.max_len})")
-    if d.source == "hub" and not d.name:
+    if d.source == Source.hub and not d.name:
         raise ConfigError("data.source=hub needs data.name (a Hugging Face dataset name)")
-    if d.source == "files" and not d.files:
+    if d.source == Source.files and not d.files:
         raise ConfigError("data.source=files needs data.files (a path, a list, or {split: path})")
     for key in ("data.validation_fraction", "data.test_fraction"):
         if not 0 <= OmegaConf.select(cfg, key) < 0.5:
@@ -283,15 +309,17 @@ def network_key(cfg: DictConfig) -> str:
     """
     data = to_dict(cfg)
     data.pop("name", None)
-    if data["model"]["norm"] == "none":
+    if data["model"]["norm"] == Norm.none:
         data["model"]["placement"] = "pre"
         data["model"]["norm_affine"] = True
     return OmegaConf.to_yaml(OmegaConf.create(data))
 
 
 def to_yaml(cfg: DictConfig) -> str:
+    """The config as YAML; a Choice is written as its plain string."""
     return OmegaConf.to_yaml(cfg, resolve=True)
 
 
 def to_dict(cfg: DictConfig) -> dict:
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    """The config as plain Python values; a Choice becomes its plain string (its name)."""
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # type: ignore[return-value]

@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 
 from trainer.atomic import save_figure, write_atomic, write_csv
-from trainer.config import INITS, PLACEMENTS, load_config
+from trainer.config import Init, Placement, load_config
 
 
 def profile(cfg, corpus, batches: int) -> list[float]:
@@ -48,7 +48,7 @@ def run(config: str, overrides: list[str], out: Path, seeds: list[int], inits: l
     rows = []
     corpus = None
     for init in inits:
-        for placement in PLACEMENTS:
+        for placement in map(str, Placement):
             for seed in seeds:
                 cfg = load_config(config, [*overrides, f"model.init={init}",
                                            f"model.placement={placement}", f"train.seed={seed}"])
@@ -79,7 +79,7 @@ def plot(rows: list[dict], path: Path) -> None:
                              constrained_layout=True)
     colors = {"pre": "tab:blue", "post": "tab:red"}
     for ax, init in zip(axes[0], inits):
-        for placement in PLACEMENTS:
+        for placement in map(str, Placement):
             mine = [r for r in rows if r["init"] == init and r["placement"] == placement]
             blocks = [k for k in mine[0] if k.startswith("block_")]
             xs = list(range(len(blocks)))
@@ -101,7 +101,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--config", default="configs/reference.yaml")
     p.add_argument("--out", required=True, help="directory for grad_profile.csv/.png")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--inits", nargs="+", default=list(INITS), choices=INITS)
+    inits = [str(i) for i in Init]
+    p.add_argument("--inits", nargs="+", default=inits, choices=inits)
     p.add_argument("--batches", type=int, default=4, help="training batches averaged per model")
     p.add_argument("overrides", nargs="*", help="dotted config overrides")
     args = p.parse_args(argv)

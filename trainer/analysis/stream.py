@@ -110,7 +110,7 @@ def analyse(run_dir: Path, train_windows: int, test_windows: int, steps: int) ->
         normed = None if train["normed"] is None else np.concatenate([train["normed"],
                                                                        test["normed"]])
         rows.append({
-            "run": run_dir.name, "norm": m.norm, "residual": str(m.residual).lower(),
+            "run": run_dir.name, "norm": str(m.norm), "residual": str(m.residual),
             "norm_affine": str(bool(m.norm_affine)).lower(), "seed": int(cfg.train.seed),
             "block": EMBED + k,
             "probe_accuracy": probe_accuracy(train["x"], labels["train"], test["x"],

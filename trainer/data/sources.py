@@ -20,6 +20,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from trainer.choices import Source
+
 
 SPLITS = ("train", "validation", "test")
 # Bump when the embedded extraction/cleaning changes: it is part of the on-disk cache key.
@@ -273,7 +275,7 @@ def _non_blank(batch: dict) -> list[bool]:
     return [isinstance(t, str) and bool(t.strip()) for t in batch["text"]]
 
 
-def _hub(data_cfg: Any):
+def _hub(data_cfg: Any, root: Path):  # the hub keeps its own cache
     import datasets
 
     origin = f"hub dataset {data_cfg.name}" + (f"/{data_cfg.config}" if data_cfg.config else "")
@@ -295,7 +297,7 @@ def _files(data_cfg: Any, root: Path):
     origin = f"{data_cfg.format} files {files}"
     try:
         # Our own HF cache dir keeps generated Arrow files with the rest of the lab's cache.
-        dd = datasets.load_dataset(data_cfg.format, data_files=files, cache_dir=str(root / "hf"))
+        dd = datasets.load_dataset(str(data_cfg.format), data_files=files, cache_dir=str(root / "hf"))
     except FileNotFoundError as e:
         raise DataError(f"data file not found: {e.filename or files}") from e
     except Exception as e:  # bad encoding / malformed JSON surface wrapped in DatasetGenerationError
@@ -305,11 +307,9 @@ def _files(data_cfg: Any, root: Path):
 
 def load_splits(data_cfg: Any):
     """Load ``data_cfg.source`` as a DatasetDict with non-empty "text" rows in train/validation/test."""
-    root = cache_root(data_cfg)
-    if data_cfg.source == "embedded":
-        return _embedded(data_cfg, root)
-    if data_cfg.source == "hub":
-        return _hub(data_cfg)
-    if data_cfg.source == "files":
-        return _files(data_cfg, root)
-    raise DataError(f"unknown data.source '{data_cfg.source}'")
+    return LOADERS[Source.parse(data_cfg.source, "data.source")](data_cfg, cache_root(data_cfg))
+
+
+# data.source -> loader(data_cfg, cache root); the keys are exactly trainer.choices.Source.
+LOADERS = Source.require_keys({Source.embedded: _embedded, Source.hub: _hub,
+                               Source.files: _files}, "the data loaders")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from trainer.config import INITS, PLACEMENTS, RESIDUALS
+from trainer.choices import Init, Placement, Residual
+from trainer.config import check_residual
 from trainer.models.norms import make_norm
 
 NORMAL_STD = 0.02  # GPT-2's N(0, 0.02)
@@ -36,11 +37,10 @@ def kernel_init(scheme: str, fan_in: int, fan_out: int, output_proj: bool = Fals
     Fans are the matrix's logical fans (d_model, d_ffn, vocab), not Keras' per-axis guess for
     multi-head kernels.
     """
-    if scheme not in INITS:
-        raise ValueError(f"unknown init {scheme!r}; valid: {', '.join(INITS)}")
-    if scheme == "xavier":
+    scheme = Init.parse(scheme, "init")
+    if scheme == Init.xavier:
         return normal_init((2.0 / (fan_in + fan_out)) ** 0.5)
-    if scheme == "scaled" and output_proj:
+    if scheme == Init.scaled and output_proj:
         return normal_init(NORMAL_STD / (2 * num_layers) ** 0.5)
     return normal_init()
 
@@ -82,16 +82,11 @@ class Block(keras.layers.Layer):
                  init: str = "normal", num_layers: int = 1, norm_affine: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.dim, self.num_heads, self.ffn_dim, self.dropout = dim, num_heads, ffn_dim, dropout
-        self.init, self.num_layers = init, num_layers
-        self.norm, self.placement, self.residual = norm, placement, str(residual).lower()
-        # call() branches on these strings: a typo must not silently select post-norm.
-        if placement not in PLACEMENTS or self.residual not in RESIDUALS:
-            raise ValueError(f"placement must be one of {PLACEMENTS} and residual one of "
-                             f"{RESIDUALS}; got placement={placement!r}, residual={residual!r}")
-        if self.residual == "rezero" and placement == "post":
-            # The same rule as trainer.config.validate, for blocks built without a config.
-            raise ValueError("residual='rezero' needs placement='pre': post-norm renormalizes "
-                             "x + a*F, so the gated identity at init is lost")
+        self.init, self.num_layers, self.norm = Init.parse(init, "init"), num_layers, norm
+        # call() branches on these: a typo must not silently select post-norm.
+        self.placement = Placement.parse(placement, "placement")
+        self.residual = Residual.parse(residual, "residual")
+        check_residual(self.placement, self.residual)  # also for blocks built without a config
         self.norm_epsilon, self.bn_momentum, self.dyt_alpha = norm_epsilon, bn_momentum, dyt_alpha
         self.norm_affine = bool(norm_affine)
         norm_kw = dict(epsilon=norm_epsilon, momentum=bn_momentum, dyt_alpha=dyt_alpha,
@@ -109,14 +104,14 @@ class Block(keras.layers.Layer):
         self.attention_norm.build(input_shape)
         self.ffn_norm.build(input_shape)
         self.attention.build(input_shape, input_shape)
-        if self.init == "scaled":
+        if self.init == Init.scaled:
             # Keras' MultiHeadAttention takes one initializer for Q, K, V and the output; GPT-2
             # scales only the output projection, which writes into the residual stream.
             out = self.attention._output_dense.kernel
-            out.assign(kernel_init("scaled", self.dim, self.dim, output_proj=True,
+            out.assign(kernel_init(Init.scaled, self.dim, self.dim, output_proj=True,
                                    num_layers=self.num_layers)(out.shape))
         self.ffn.build(input_shape)
-        if self.residual == "rezero":
+        if self.residual == Residual.rezero:
             self.attention_gate = self.add_weight(name="attention_gate", shape=(),
                                                   initializer="zeros")
             self.ffn_gate = self.add_weight(name="ffn_gate", shape=(), initializer="zeros")
@@ -127,9 +122,9 @@ class Block(keras.layers.Layer):
 
     def _add(self, x, fx, gate):
         # The residual switch is structural: with residual=false no add op is built at all.
-        if self.residual == "false":
+        if self.residual == Residual.false:
             return fx
-        if self.residual == "rezero":
+        if self.residual == Residual.rezero:
             return x + gate * fx
         return x + fx
 
@@ -144,7 +139,7 @@ class Block(keras.layers.Layer):
         first norm saw and what it produced (telemetry and BN-drift probes read them).
         """
         gates = (getattr(self, "attention_gate", None), getattr(self, "ffn_gate", None))
-        if self.placement == "pre":
+        if self.placement == Placement.pre:
             norm_input = x
             normed = self._normalize(self.attention_norm, x, padding_mask, training)
             x = self._add(x, self._attend(normed, training), gates[0])

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import keras
 from keras import ops
+from omegaconf import OmegaConf
 
+from trainer.choices import Norm, Placement
 from trainer.models.block import Block, kernel_init, normal_init
 from trainer.models.norms import BATCH_NORMS, make_norm
 
@@ -29,7 +31,7 @@ class CausalLM(keras.Model):
         super().__init__(**kwargs)
         self.vocab_size, self.max_len, self.num_layers = vocab_size, max_len, num_layers
         self.block_args = dict(dim=dim, num_heads=num_heads, ffn_dim=ffn_dim, dropout=dropout,
-                               norm=norm, placement=placement, residual=str(residual).lower(),
+                               norm=norm, placement=placement, residual=residual,
                                norm_epsilon=norm_epsilon, bn_momentum=bn_momentum,
                                dyt_alpha=dyt_alpha, init=init, num_layers=num_layers,
                                norm_affine=bool(norm_affine))
@@ -40,9 +42,10 @@ class CausalLM(keras.Model):
         self.embedding_dropout = keras.layers.Dropout(dropout)
         self.blocks = [Block(**self.block_args, name=f"block_{i}") for i in range(num_layers)]
         # Pre-norm leaves the residual stream un-normalized: a final norm precedes the head.
-        self.final_norm = make_norm(norm if placement == "pre" else "none", epsilon=norm_epsilon,
-                                    momentum=bn_momentum, dyt_alpha=dyt_alpha,
-                                    affine=bool(norm_affine), name_prefix="final_norm")
+        self.final_norm = make_norm(norm if placement == Placement.pre else Norm.none,
+                                    epsilon=norm_epsilon, momentum=bn_momentum,
+                                    dyt_alpha=dyt_alpha, affine=bool(norm_affine),
+                                    name_prefix="final_norm")
         self.head_bias = head_bias
         self.head = keras.layers.Dense(vocab_size, use_bias=head_bias,
                                        kernel_initializer=kernel_init(init, dim, vocab_size),
@@ -84,14 +87,9 @@ class CausalLM(keras.Model):
 
 
 def build_model(model_cfg, vocab_size: int, max_len: int) -> CausalLM:
-    """Build (and create the variables of) the LM described by ``cfg.model``."""
-    model = CausalLM(vocab_size=vocab_size, max_len=max_len, num_layers=model_cfg.num_layers,
-                     dim=model_cfg.dim, num_heads=model_cfg.num_heads, ffn_dim=model_cfg.ffn_dim,
-                     dropout=model_cfg.dropout, norm=model_cfg.norm,
-                     placement=model_cfg.placement, residual=model_cfg.residual,
-                     norm_epsilon=model_cfg.norm_epsilon, bn_momentum=model_cfg.bn_momentum,
-                     dyt_alpha=model_cfg.dyt_alpha, head_bias=model_cfg.head_bias,
-                     init=model_cfg.init, norm_affine=model_cfg.norm_affine,
-                     name="causal_lm")
+    """Build (and create the variables of) the LM described by ``cfg.model``: each field of
+    ``ModelConfig`` is the ``CausalLM`` keyword of the same name."""
+    model = CausalLM(vocab_size=vocab_size, max_len=max_len, name="causal_lm",
+                     **OmegaConf.to_container(model_cfg, resolve=True))
     model.build((None, max_len))
     return model

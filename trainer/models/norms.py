@@ -18,21 +18,23 @@ its α; ``none`` has nothing to drop.
 
 from __future__ import annotations
 
-import difflib
-
 import keras
 import tensorflow as tf
 from keras import ops
 
-NORMS: dict[str, type[keras.layers.Layer]] = {}
+from trainer.choices import Norm
+
+# model.norm -> layer class; its keys are exactly the members of trainer.choices.Norm (checked
+# at the end of this module), the vocabulary the config validates against without TensorFlow.
+NORMS: dict[Norm, type[keras.layers.Layer]] = {}
 
 
-def register(name: str):
+def register(name: Norm):
     """Class decorator adding a norm layer to the registry under ``name``."""
 
     def wrap(cls):
         cls = keras.saving.register_keras_serializable(package="trainer")(cls)
-        NORMS[name] = cls
+        NORMS[Norm(name)] = cls
         return cls
 
     return wrap
@@ -43,9 +45,7 @@ def make_norm(name: str, *, epsilon: float = 1e-5, momentum: float = 0.99,
               name_prefix: str = "norm") -> keras.layers.Layer:
     """Build the norm registered as ``name``; an unknown name lists the valid ones."""
     if name not in NORMS:
-        hint = difflib.get_close_matches(name, NORMS, n=1)
-        extra = f" (did you mean '{hint[0]}'?)" if hint else ""
-        raise KeyError(f"unknown norm '{name}'{extra}; valid: {', '.join(NORMS)}")
+        raise KeyError(Norm.unknown(name, "norm"))
     cls = NORMS[name]
     kwargs = {"epsilon": epsilon, "momentum": momentum, "dyt_alpha": dyt_alpha}
     return cls(**{k: v for k, v in kwargs.items() if k in cls.accepts}, affine=affine,
@@ -93,7 +93,7 @@ class _KerasTokenNorm(_Norm):
         return {**super().get_config(), "epsilon": self.epsilon}
 
 
-@register("layer")
+@register(Norm.layer)
 class LayerNorm(_KerasTokenNorm):
     """LayerNorm: each token normalized over its own features (keras LayerNormalization).
 
@@ -113,7 +113,7 @@ class LayerNorm(_KerasTokenNorm):
     keras_class, inner_name = keras.layers.LayerNormalization, "ln"
 
 
-@register("rms")
+@register(Norm.rms)
 class RMSNorm(_KerasTokenNorm):
     """RMSNorm: x / rms(x) * gamma, per token, no centring (keras RMSNormalization)."""
 
@@ -134,7 +134,7 @@ class RMSNorm(_KerasTokenNorm):
         return ops.rms_normalization(ops.cast(x, "float32"), axis=-1, epsilon=self.epsilon)
 
 
-@register("dyt")
+@register(Norm.dyt)
 class DynamicTanh(_Norm):
     """DyT (Zhu et al. 2025): gamma * tanh(alpha * x) + beta, alpha a learnable scalar."""
 
@@ -160,7 +160,7 @@ class DynamicTanh(_Norm):
         return {**super().get_config(), "dyt_alpha": self.dyt_alpha}
 
 
-@register("none")
+@register(Norm.none)
 class Identity(_Norm):
     """No normalization: the residual stream is left as it is."""
 
@@ -168,7 +168,7 @@ class Identity(_Norm):
         return ops.cast(x, "float32")
 
 
-@register("batch")
+@register(Norm.batch)
 class BatchNorm(_Norm):
     """BatchNorm over batch x time with pads included in the statistics (the naive choice).
 
@@ -214,7 +214,7 @@ def masked_moments(x, mask):
     return mean, var
 
 
-@register("masked_batch")
+@register(Norm.masked_batch)
 class MaskedBatchNorm(_Norm):
     """BatchNorm whose statistics (and running-statistic updates) come from real tokens only.
 
@@ -288,7 +288,7 @@ class MaskedBatchNorm(_Norm):
         return {**super().get_config(), "epsilon": self.epsilon, "momentum": self.momentum}
 
 
-@register("sync_batch")
+@register(Norm.sync_batch)
 class SyncBatchNorm(MaskedBatchNorm):
     """``masked_batch`` whose sums are all-reduced across replicas: the global batch's moments.
 
@@ -300,4 +300,5 @@ class SyncBatchNorm(MaskedBatchNorm):
     synchronized = True
 
 
+Norm.require_keys(NORMS, "the norm registry")
 BATCH_NORMS = tuple(k for k, v in NORMS.items() if hasattr(v, "moments"))

@@ -347,5 +347,6 @@ def _summary(t, diverged_step, run: Run, evaluator: Evaluator, running: RunningV
 
 
 def _hparam(value):
-    return value if isinstance(value, (bool, int, float, str)) else str(value)
+    # A Choice is a str subclass: str() gives its plain value ("layer") for the dashboard.
+    return value if type(value) in (bool, int, float, str) else str(value)
 

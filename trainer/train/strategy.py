@@ -7,34 +7,44 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from trainer.config import ConfigError
+from trainer.choices import ConfigError, Strategy
 
 
 def make_strategy(name: str) -> tf.distribute.Strategy:
     """auto: TPU if one is attached, several GPUs -> mirrored, else the default strategy."""
-    if name == "auto":
+    name = Strategy.parse(name, "runtime.strategy")
+    if name == Strategy.auto:
         if _tpu_attached():
-            name = "tpu"
+            name = Strategy.tpu
         elif len(tf.config.list_logical_devices("GPU")) > 1:
-            name = "mirrored"
+            name = Strategy.mirrored
         else:
-            name = "default"
-    if name == "default":
-        return tf.distribute.get_strategy()
-    if name == "mirrored":  # all GPUs; on a CPU-only host, all logical CPU devices
-        gpus = tf.config.list_logical_devices("GPU")
-        devices = gpus or tf.config.list_logical_devices("CPU")
-        return tf.distribute.MirroredStrategy([d.name for d in devices])
-    if name == "multi_worker":  # cluster layout from the TF_CONFIG environment variable
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    if name == "tpu":
-        resolver = _tpu_resolver()
-        if resolver is None:
-            raise ConfigError("runtime.strategy=tpu but no TPU was found")
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-        return tf.distribute.TPUStrategy(resolver)
-    raise ConfigError(f"unknown runtime.strategy '{name}'")
+            name = Strategy.default
+    return STRATEGIES[name]()
+
+
+def _mirrored() -> tf.distribute.Strategy:
+    """All GPUs; on a CPU-only host, all logical CPU devices."""
+    gpus = tf.config.list_logical_devices("GPU")
+    devices = gpus or tf.config.list_logical_devices("CPU")
+    return tf.distribute.MirroredStrategy([d.name for d in devices])
+
+
+def _tpu() -> tf.distribute.Strategy:
+    resolver = _tpu_resolver()
+    if resolver is None:
+        raise ConfigError("runtime.strategy=tpu but no TPU was found")
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+
+
+# runtime.strategy -> builder; the keys are exactly trainer.choices.Strategy (auto resolves to
+# one of the others in make_strategy). multi_worker reads the cluster from TF_CONFIG.
+STRATEGIES = Strategy.require_keys({
+    Strategy.auto: None, Strategy.default: tf.distribute.get_strategy,
+    Strategy.mirrored: _mirrored, Strategy.tpu: _tpu,
+    Strategy.multi_worker: tf.distribute.MultiWorkerMirroredStrategy}, "the strategies")
 
 
 def _tpu_attached() -> bool:
