@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from trainer.results.metrics import finite, interval
+from trainer.results.metrics import interval
 
 
 @dataclass
@@ -41,10 +41,3 @@ def fmt_seeds(values: dict) -> str:
 
 def line(name: str, values: dict) -> str:
     return f"{name}: {fmt_seeds(values)}"
-
-
-def final_loss(run) -> float | None:
-    """Final eval loss; a diverged run counts as infinitely bad."""
-    if run.status == "diverged":
-        return math.inf
-    return finite(run.summary.get("final_eval_loss"))

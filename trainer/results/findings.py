@@ -22,8 +22,9 @@ from pathlib import Path
 
 from trainer.atomic import write_atomic
 from trainer.results import baselines as bl
-from trainer.results.finding import Finding, final_loss, fmt_seeds, line
-from trainer.results.metrics import above, beyond, finite, interval
+from trainer.results.finding import Finding, fmt_seeds, line
+from trainer.results.metrics import (above, beyond, final_loss, final_probe, gap, interval,
+                                     precise_bn_loss)
 from trainer.results.runs import MIN_SEEDS, Reference
 
 # ---- thresholds (fixed before the reference runs were made; never loosened after) ----------
@@ -86,7 +87,7 @@ def f1(ref: Reference) -> Finding:
                 "and extra pads, training mode (`probe/batch_invariance`), final",
                 f"a per-token norm moving logits by > {INVARIANT_MAX:g}, or a BN by < "
                 f"{DEPENDENT_MIN:g}", plot="grid/plots/invariance_and_gap.png")
-    inv = {n: ref.per_seed(f, "grid", lambda r: r.probe("probe/batch_invariance"), norm=n, **BASE)
+    inv = {n: ref.per_seed(f, "grid", lambda r: final_probe(r, "probe/batch_invariance"), norm=n, **BASE)
            for n in TOKEN_NORMS + BN_NORMS}
     if f.missing:
         return f
@@ -96,11 +97,6 @@ def f1(ref: Reference) -> Finding:
     f.parts.append(("batch norms depend on the batch",
                     all(beyond(inv[n], DEPENDENT_MIN, "above") for n in BN_NORMS)))
     return f
-
-
-def _gap(run, key: str) -> float | None:
-    a, b = finite(run.summary.get(key)), finite(run.summary.get("final_eval_loss_train_mode"))
-    return None if a is None or b is None else a - b
 
 
 def _mode_gap(rows: list[dict], norm: str) -> dict:
@@ -125,9 +121,9 @@ def f2(ref: Reference) -> Finding:
                 f"LN with |gap| > {GAP_ZERO:g}, or BN's population-statistics gap < {GAP_MIN} nats",
                 plot="grid/plots/invariance_and_gap.png")
     rows = ref.analysis(f, "analysis/batch_size.csv")
-    ema = {n: ref.per_seed(f, "grid", lambda r: _gap(r, "final_eval_loss"), norm=n, **BASE)
+    ema = {n: ref.per_seed(f, "grid", gap, norm=n, **BASE)
            for n in BN_NORMS}
-    pop = {n: ref.per_seed(f, "grid", lambda r: _gap(r, "final_eval_loss_precise_bn"), norm=n,
+    pop = {n: ref.per_seed(f, "grid", lambda r: gap(r, "final_eval_loss_precise_bn"), norm=n,
                            **BASE) for n in BN_NORMS}
     ln = _mode_gap(rows, "layer")
     if not f.missing and len(ln) < MIN_SEEDS:
@@ -149,7 +145,7 @@ def f3(ref: Reference) -> Finding:
                 "`masked_batch`, Pre-LN + residual",
                 f"`batch` not worse than `masked_batch` by {LOSS_MARGIN} nats on every seed with "
                 "separate intervals", plot="grid/plots/loss.png")
-    loss = {n: ref.per_seed(f, "grid", lambda r: finite(r.summary.get("final_eval_loss_precise_bn")),
+    loss = {n: ref.per_seed(f, "grid", precise_bn_loss,
                             norm=n, **BASE) for n in BN_NORMS}
     if f.missing:
         return f

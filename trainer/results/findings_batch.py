@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from trainer.results import findings as F
 from trainer.results.finding import Finding, line
-from trainer.results.metrics import above, beyond, finite
+from trainer.results.metrics import above, beyond, precise_bn_loss
 from trainer.results.runs import MIN_SEEDS, Reference
 
 # ---- thresholds (fixed before the runs that test them; never loosened after) ---------------
@@ -75,10 +75,6 @@ def f8(ref: Reference) -> Finding:
     return f
 
 
-def _precise(run) -> float | None:
-    return finite(run.summary.get("final_eval_loss_precise_bn"))
-
-
 def f9(ref: Reference) -> Finding:
     f = Finding("F9", "Padding pollutes naive BN statistics, more so as pads grow; masking "
                 "fixes it", "|mean over all positions − mean over real tokens| / std over real "
@@ -91,7 +87,7 @@ def f9(ref: Reference) -> Finding:
                 "pad-to-max or under small batches", plot="analysis/padding.png")
     csv = "analysis/padding.csv"
     rows = ref.analysis(f, csv)
-    loss = {(g, n): ref.per_seed(f, g, _precise, norm=n, **F.BASE)
+    loss = {(g, n): ref.per_seed(f, g, precise_bn_loss, norm=n, **F.BASE)
             for g in ("pad_to_max", "small_batch") for n in F.BN_NORMS}
     if f.missing:
         return f
@@ -108,7 +104,7 @@ def f9(ref: Reference) -> Finding:
                                 _by_seed(rows, "shift", norm=n, condition=c)))
     context = Finding("", "", "", "")  # the grid's bucketed losses: context, not in the verdict
     for n in F.BN_NORMS:
-        grid = ref.per_seed(context, "grid", _precise, norm=n, **F.BASE)
+        grid = ref.per_seed(context, "grid", precise_bn_loss, norm=n, **F.BASE)
         if grid:
             f.lines.append(line(f"eval loss, {n}, bucketed (grid)", grid))
     for (g, n), v in loss.items():

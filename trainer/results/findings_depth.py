@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 
-from trainer.results.finding import Finding, final_loss, line
+from trainer.results.finding import Finding, line
 from trainer.results.findings import LOSS_MARGIN
+from trainer.results.metrics import final_loss
 from trainer.results.runs import MIN_SEEDS, Reference
 
 HEALTHY = ("Pre-LN + residual", dict(norm="layer", residual="true", placement="pre"))

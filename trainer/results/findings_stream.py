@@ -26,9 +26,9 @@ mean final loss is at the unigram plateau has final saturation (max over blocks)
 import math
 
 from trainer.results.baselines import PLATEAU_MARGIN, at_plateau
-from trainer.results.finding import Finding, final_loss, line
+from trainer.results.finding import Finding, line
 from trainer.results.findings import BASE, LOSS_MARGIN
-from trainer.results.metrics import above, beyond, finite, interval
+from trainer.results.metrics import above, beyond, final_loss, final_probe, finite, interval
 from trainer.results.runs import MIN_SEEDS, Reference
 from trainer.telemetry.probes import SATURATION_X  # F14's probe threshold (defined with it)
 
@@ -137,7 +137,7 @@ DYT_ALPHAS = (0.05, 0.2, 0.5, 1.0)  # configs/sweeps/reference_dyt.yaml
 def dyt_saturation(run, layers: int, when: str = "final") -> float | None:
     """Saturation of a DyT run, max over blocks of ``probe/dyt_saturation/block_i``: final, or at
     step 0 (``when="first"``)."""
-    xs = [run.probe(f"probe/dyt_saturation/block_{i}") if when == "final"
+    xs = [final_probe(run, f"probe/dyt_saturation/block_{i}") if when == "final"
           else run.eval_at(f"probe/dyt_saturation/block_{i}", when) for i in range(layers)]
     return None if None in xs else max(xs)
 
