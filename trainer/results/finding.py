@@ -24,6 +24,11 @@ class Finding:
     lines: list[str] = field(default_factory=list)  # measured values, one markdown line each
     missing: list[str] = field(default_factory=list)
 
+    def __post_init__(self):
+        # The texts are written as wrapped triple-quoted strings: one space between words.
+        self.claim, self.metric, self.falsifier = (" ".join(t.split()) for t in
+                                                   (self.claim, self.metric, self.falsifier))
+
     @property
     def verdict(self) -> str:
         if self.missing:

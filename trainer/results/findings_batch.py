@@ -47,13 +47,14 @@ def _need_seeds(f: Finding, csv: str, values: dict, what: str) -> None:
 
 
 def f8(ref: Reference) -> Finding:
-    f = Finding("F8", "A sequence's output does not depend on its batch partners' real lengths "
-                "for per-token norms (LayerNorm, RMSNorm), and does for BN",
-                "max |Δ logits| over a half-length sequence's real positions, batched with "
-                "partners of 8–16 vs full real length (same batch width), max over 16 sequences, "
-                "final checkpoints of the grid's Pre-LN + residual runs (`analyze composition`)",
-                f"LayerNorm or RMSNorm moving logits by ≥ {F.INVARIANT_MAX:g} in training mode, "
-                f"or BN by ≤ {F.DEPENDENT_MIN:g}", plot="analysis/composition.png")
+    f = Finding("F8", """A sequence's output does not depend on its batch partners' real lengths
+                    for per-token norms (LayerNorm, RMSNorm), and does for BN""",
+                """max |Δ logits| over a half-length sequence's real positions, batched with
+                    partners of 8–16 vs full real length (same batch width), max over 16 sequences,
+                    final checkpoints of the grid's Pre-LN + residual runs
+                    (`analyze composition`)""",
+                f"""LayerNorm or RMSNorm moving logits by ≥ {F.INVARIANT_MAX:g} in training mode,
+                    or BN by ≤ {F.DEPENDENT_MIN:g}""", plot="analysis/composition.png")
     csv = "analysis/composition.csv"
     rows = ref.analysis(f, csv)
     if f.missing:
@@ -76,15 +77,15 @@ def f8(ref: Reference) -> Finding:
 
 
 def f9(ref: Reference) -> Finding:
-    f = Finding("F9", "Padding pollutes naive BN statistics, more so as pads grow; masking "
-                "fixes it", "|mean over all positions − mean over real tokens| / std over real "
-                "tokens (with BN's ε) at every block's BN input, naive `batch`, the training stream "
-                "batched three ways (`analyze padding`); final eval loss (population "
-                "statistics) of `batch` vs `masked_batch` in the pad-to-max and small-batch "
-                "sub-sweeps",
-                f"a pad-to-max shift < {POLLUTION_MIN} on some seed or not above the bucketed one, "
-                f"or `masked_batch` not better than `batch` by {F.LOSS_MARGIN} nats under "
-                "pad-to-max or under small batches", plot="analysis/padding.png")
+    f = Finding("F9", """Padding pollutes naive BN statistics, more so as pads grow; masking fixes
+                    it""", """|mean over all positions − mean over real tokens| / std over real
+                    tokens (with BN's ε) at every block's BN input, naive `batch`, the training
+                    stream batched three ways (`analyze padding`); final eval loss (population
+                    statistics) of `batch` vs `masked_batch` in the pad-to-max and small-batch
+                    sub-sweeps""",
+                f"""a pad-to-max shift < {POLLUTION_MIN} on some seed or not above the bucketed
+                    one, or `masked_batch` not better than `batch` by {F.LOSS_MARGIN} nats under
+                    pad-to-max or under small batches""", plot="analysis/padding.png")
     csv = "analysis/padding.csv"
     rows = ref.analysis(f, csv)
     loss = {(g, n): ref.per_seed(f, g, precise_bn_loss, norm=n, **F.BASE)

@@ -67,14 +67,14 @@ def _stream(f, rows: list[dict], column: str, block: int, **want) -> dict:
 
 
 def f10(ref: Reference) -> Finding:
-    f = Finding("F10", "LN's γ and β restore what normalisation removes: without them every "
-                "token leaves LN with the same norm (√C), and the model trains worse",
-                "final eval loss of Pre-LN + residual with γ/β (grid) and without "
-                "(`model.norm_affine=false`, sub-sweep `affine`); coefficient of variation "
-                "(std / mean over real tokens) of the per-token L2 norm of the last block's "
-                "attention-LN output, final checkpoints (`analyze stream`)",
-                f"LN without γ/β not worse by {LOSS_MARGIN} nats, a CV with γ/β below "
-                f"{AFFINE_SPREAD_MIN}, or one without γ/β above {FLAT_SPREAD_MAX:g}",
+    f = Finding("F10", """LN's γ and β restore what normalisation removes: without them every token
+                    leaves LN with the same norm (√C), and the model trains worse""",
+                """final eval loss of Pre-LN + residual with γ/β (grid) and without
+                    (`model.norm_affine=false`, sub-sweep `affine`); coefficient of variation (std
+                    / mean over real tokens) of the per-token L2 norm of the last block's
+                    attention-LN output, final checkpoints (`analyze stream`)""",
+                f"""LN without γ/β not worse by {LOSS_MARGIN} nats, a CV with γ/β below
+                    {AFFINE_SPREAD_MIN}, or one without γ/β above {FLAT_SPREAD_MAX:g}""",
                 plot="analysis/stream.png")
     loss = {"true": ref.per_seed(f, "grid", final_loss, norm="layer", **BASE),
             "false": ref.per_seed(f, "affine", final_loss, norm="layer", norm_affine="false",
@@ -102,14 +102,14 @@ def f10(ref: Reference) -> Finding:
 
 
 def f12(ref: Reference) -> Finding:
-    f = Finding("F12", "The residual connection keeps each token's identity through depth: a "
-                "linear probe still reads the input token from the last block with it, much less "
-                "without it",
-                "held-out accuracy of a linear softmax probe decoding the input token at position "
-                "t from block i's output at t (frozen features, Adam), final checkpoints of the "
-                "grid's Pre-LN runs with and without residual (`analyze stream`)",
-                f"the last block's accuracy with the residual at or below {IDENTITY_HIGH}, or "
-                f"without it not lower by {IDENTITY_DROP} (separate intervals)",
+    f = Finding("F12", """The residual connection keeps each token's identity through depth: a
+                    linear probe still reads the input token from the last block with it, much less
+                    without it""",
+                """held-out accuracy of a linear softmax probe decoding the input token at position
+                    t from block i's output at t (frozen features, Adam), final checkpoints of the
+                    grid's Pre-LN runs with and without residual (`analyze stream`)""",
+                f"""the last block's accuracy with the residual at or below {IDENTITY_HIGH}, or
+                    without it not lower by {IDENTITY_DROP} (separate intervals)""",
                 plot="analysis/stream.png")
     rows = ref.analysis(f, STREAM_CSV)
     last = ref.num_layers("grid") - 1
@@ -151,13 +151,13 @@ def _at_least(values: dict, threshold: float) -> bool:
 
 def f14(ref) -> Finding:
     f = Finding("F14", "DyT (γ·tanh(α·x) + β) trains where α keeps tanh out of saturation",
-                "per initial α (`model.dyt_alpha`; Pre placement + residual): final eval loss "
-                "and final saturation, the largest share over blocks of real tokens' features "
-                f"with |α·x| > {SATURATION_X:g} at the first norm (`probe/dyt_saturation`, α the "
-                "learned value)",
-                "no α ending below bigram on every seed; or an α at the unigram plateau (mean "
-                f"within {PLATEAU_MARGIN} nats) with saturation < {SATURATED_MIN} on some seed; or "
-                f"an α below bigram with saturation ≥ {SATURATED_MIN} on some seed",
+                f"""per initial α (`model.dyt_alpha`; Pre placement + residual): final eval loss
+                    and final saturation, the largest share over blocks of real tokens' features
+                    with |α·x| > {SATURATION_X:g} at the first norm (`probe/dyt_saturation`, α the
+                    learned value)""",
+                f"""no α ending below bigram on every seed; or an α at the unigram plateau (mean
+                    within {PLATEAU_MARGIN} nats) with saturation < {SATURATED_MIN} on some seed;
+                    or an α below bigram with saturation ≥ {SATURATED_MIN} on some seed""",
                 plot="dyt/plots/saturation.png")
     layers = ref.num_layers("dyt")
     runs = {a: ref.per_seed(f, "dyt", lambda r: r, dyt_alpha=a) for a in DYT_ALPHAS}
