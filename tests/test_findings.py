@@ -217,11 +217,19 @@ def test_the_page_lists_every_claim_with_its_falsifier_and_verdict(tmp_path):
     assert text.count("Not run yet; missing:") == len(set(OWN_MODULE))
 
 
-def test_committed_findings_are_generated_from_the_committed_runs():
-    """results/README.md is exactly what the findings command computes from results/reference."""
+def test_committed_findings_are_generated_from_the_committed_runs(monkeypatch):
+    """results/README.md is exactly what the findings command computes from results/reference,
+    and measuring every claim reads each event directory at most once."""
+    from collections import Counter
+
+    from trainer.results import run as run_module
+
+    reads, real = Counter(), run_module.read_scalars
+    monkeypatch.setattr(run_module, "read_scalars", lambda d: reads.update([str(d)]) or real(d))
     root = Path(__file__).resolve().parents[1] / "results"
     ref = Reference(root / "reference")
     assert F.render(ref, F.measure(ref)) == (root / "README.md").read_text()
+    assert reads and max(reads.values()) == 1
 
 
 def test_f7_needs_bn_to_suffer_at_small_batches(tmp_path):

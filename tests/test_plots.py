@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from trainer.results.palette import NORM_COLORS, Sweep, key_caption, short_label, swept_keys
 from trainer.results.plots import DPI, FIGURES, MAX_WIDTH_PX, NAMES, write_plots
-from trainer.results.summarize import Run
+from trainer.results.run import Run
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -281,7 +281,7 @@ def test_committed_reference_slice_reads_cleanly():
     """The real lr slice (18 runs, 2 panels, diverged runs): same layout checks as above."""
     from pathlib import Path
 
-    from trainer.results.summarize import load_runs, variant_name
+    from trainer.results.run import load_runs, variant_name
 
     root = Path(__file__).resolve().parents[1] / "results" / "reference" / "lr_slice"
     if not root.is_dir():

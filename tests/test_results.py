@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from trainer.config import load_config
-from trainer.results.summarize import group_variants, summarize, variant_name
+from trainer.results.run import variant_name
+from trainer.results.summarize import group_variants, summarize
 from trainer.train.loop import run_training
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

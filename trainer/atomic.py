@@ -1,11 +1,15 @@
-"""Atomic file writes: a reader (or a crash) never leaves half a file behind."""
+"""Atomic file writes (a reader, or a crash, never leaves half a file behind) and the JSON
+files of a run directory (config and results read them back with ``read_json``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Callable
+
+from trainer.faults import writing
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
@@ -26,6 +30,20 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
 def write_atomic(path: str | os.PathLike, text: str) -> None:
     """Write UTF-8 ``text`` to ``path`` atomically."""
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def write_json(path: str | os.PathLike, obj: dict) -> None:
+    """Write ``obj`` as JSON atomically; an I/O failure is a one-line ``RunIOError``."""
+    with writing(Path(path).name, path):
+        write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> dict:
+    """The JSON object in ``path``; ``{}`` when it is missing or unreadable (an unfinished run)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
 
 
 def write_csv(path: str | os.PathLike, rows: list[dict]) -> None:

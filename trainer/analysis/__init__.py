@@ -22,6 +22,49 @@ def run_dirs_parser(kind: str, doc: str, outputs: str):
     return p
 
 
+def option(flag: str, **kwargs) -> tuple[str, dict]:
+    """A command-line option of an analysis (``argparse.add_argument`` keywords)."""
+    return flag, kwargs
+
+
+def analysis_main(kind: str, doc: str, run, check=None, **options):
+    """The ``main(argv)`` of a checkpoint analysis: ``RUN_DIR... --out DIR`` and ``options``
+    (``param=option("--flag", ...)``), then ``run(run_dirs, out, param=value, ...)``.
+    ``check(args)`` may reject values with a ``ConfigError``."""
+    name = kind.replace("-", "_")
+
+    def main(argv: list[str]) -> int:
+        p = run_dirs_parser(kind, doc, f"{name}.csv/.png")
+        for param, (flag, kwargs) in options.items():
+            p.add_argument(flag, dest=param, metavar=flag.lstrip("-").upper().replace("-", "_"),
+                           **kwargs)
+        args = parse_run_dirs(p, argv)
+        if check:
+            check(args)
+        run(args.run_dirs, args.out, **{param: getattr(args, param) for param in options})
+        return 0
+
+    return main
+
+
+def analyse_runs(run_dirs, out, name: str, analyse, plot, describe) -> list[dict]:
+    """Rows of ``analyse(run_dir)`` for every run directory, each printed as ``describe(row)``
+    as its run finishes; written to ``out/NAME.csv`` and drawn by ``plot(rows, out/NAME.png)``."""
+    from pathlib import Path
+
+    from trainer.atomic import write_csv
+
+    rows = []
+    for run_dir in run_dirs:
+        mine = analyse(Path(run_dir))
+        for row in mine:
+            print(describe(row), flush=True)
+        rows += mine
+    write_csv(Path(out) / f"{name}.csv", rows)
+    plot(rows, Path(out) / f"{name}.png")
+    return rows
+
+
 def parse_run_dirs(parser, argv: list[str]):
     """Parse ``argv``; a RUN_DIR without a config.yaml is one clear error."""
     from trainer.config import ConfigError

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.analysis import parse_run_dirs, run_dirs_parser
-from trainer.atomic import save_figure, write_csv
+from trainer.analysis import analyse_runs, analysis_main, option
+from trainer.atomic import save_figure
 from trainer.config import ConfigError, load_config
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 64)
@@ -125,21 +125,12 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def run(run_dirs: list[Path], out: Path, n: int, sizes) -> list[dict]:
-    rows = []
-    for run_dir in run_dirs:
-        rows += analyse(Path(run_dir), n, sizes)
-        for r in rows[-len(MODES) * (len(sizes) + 1):]:
-            print(f"{r['run']:45s} {r['mode']:9s} B={r['batch_size']!s:4s} loss {r['loss']:.5f}",
-                  flush=True)
-    write_csv(out / "batch_size.csv", rows)
-    plot(rows, out / "batch_size.png")
-    return rows
+    return analyse_runs(run_dirs, out, "batch_size", lambda d: analyse(d, n, sizes), plot,
+                        lambda r: f"{r['run']:45s} {r['mode']:9s} B={r['batch_size']!s:4s} "
+                                  f"loss {r['loss']:.5f}")
 
 
-def main(argv: list[str]) -> int:
-    p = run_dirs_parser("batch-size", __doc__, "batch_size.csv/.png")
-    p.add_argument("--sequences", type=int, default=64, help="validation windows evaluated")
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
-    args = parse_run_dirs(p, argv)
-    run(args.run_dirs, args.out, args.sequences, args.batch_sizes)
-    return 0
+main = analysis_main(
+    "batch-size", __doc__, run,
+    n=option("--sequences", type=int, default=64, help="validation windows evaluated"),
+    sizes=option("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES)))

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.analysis import parse_run_dirs, run_dirs_parser
+from trainer.analysis import analyse_runs, analysis_main, option
 from trainer.analysis.batch_size import MODES, full_windows, restore
-from trainer.atomic import save_figure, write_csv
+from trainer.atomic import save_figure
 from trainer.config import ConfigError
 
 PARTNERS = 7  # rows besides the target: batches of 8 sequences
@@ -106,20 +106,9 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def run(run_dirs: list[Path], out: Path, n: int) -> list[dict]:
-    rows = []
-    for run_dir in run_dirs:
-        rows += analyse(Path(run_dir), n)
-        for r in rows[-len(MODES):]:
-            print(f"{r['run']:45s} {r['mode']:9s} max|Δ logits| {r['max_abs_delta']:.3g}",
-                  flush=True)
-    write_csv(out / "composition.csv", rows)
-    plot(rows, out / "composition.png")
-    return rows
+    return analyse_runs(run_dirs, out, "composition", lambda d: analyse(d, n), plot, lambda r: (
+        f"{r['run']:45s} {r['mode']:9s} max|Δ logits| {r['max_abs_delta']:.3g}"))
 
 
-def main(argv: list[str]) -> int:
-    p = run_dirs_parser("composition", __doc__, "composition.csv/.png")
-    p.add_argument("--sequences", type=int, default=16, help="validation sequences (targets)")
-    args = parse_run_dirs(p, argv)
-    run(args.run_dirs, args.out, args.sequences)
-    return 0
+main = analysis_main("composition", __doc__, run, n=option(
+    "--sequences", type=int, default=16, help="validation sequences (targets)"))

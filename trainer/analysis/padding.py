@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.analysis import parse_run_dirs, run_dirs_parser
+from trainer.analysis import analyse_runs, analysis_main, option
 from trainer.analysis.batch_size import restore
-from trainer.atomic import save_figure, write_csv
+from trainer.atomic import save_figure
 from trainer.config import ConfigError, load_config
 from trainer.results.findings_batch import CONDITIONS, POLLUTION_MIN
 
@@ -111,20 +111,11 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def run(run_dirs: list[Path], out: Path, k: int) -> list[dict]:
-    rows, corpora = [], {}
-    for run_dir in run_dirs:
-        rows += analyse(Path(run_dir), k, corpora)
-        for r in rows[-len(CONDITIONS):]:
-            print(f"{r['run']:45s} {r['condition']:11s} pads {r['pad_fraction']:.3f} "
-                  f"shift {r['shift']:.4g}", flush=True)
-    write_csv(out / "padding.csv", rows)
-    plot(rows, out / "padding.png")
-    return rows
+    corpora = {}  # shared by the runs: each corpus prepared once
+    return analyse_runs(run_dirs, out, "padding", lambda d: analyse(d, k, corpora), plot,
+                        lambda r: f"{r['run']:45s} {r['condition']:11s} pads "
+                                  f"{r['pad_fraction']:.3f} shift {r['shift']:.4g}")
 
 
-def main(argv: list[str]) -> int:
-    p = run_dirs_parser("padding", __doc__, "padding.csv/.png")
-    p.add_argument("--batches", type=int, default=20, help="training batches per condition")
-    args = parse_run_dirs(p, argv)
-    run(args.run_dirs, args.out, args.batches)
-    return 0
+main = analysis_main("padding", __doc__, run, k=option(
+    "--batches", type=int, default=20, help="training batches per condition"))

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.analysis import parse_run_dirs, run_dirs_parser
+from trainer.analysis import analyse_runs, analysis_main, option
 from trainer.analysis.batch_size import full_windows, restore
-from trainer.atomic import save_figure, write_csv
+from trainer.atomic import save_figure
 from trainer.config import ConfigError
 from trainer.results.findings_stream import AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX
 
@@ -171,27 +171,23 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def run(run_dirs: list[Path], out: Path, train_windows: int = 48, test_windows: int = 16,
         steps: int = PROBE_STEPS) -> list[dict]:
-    rows = []
-    for run_dir in run_dirs:
-        mine = analyse(Path(run_dir), train_windows, test_windows, steps)
-        for r in mine:
-            cv_out = "-" if r["norm_output_cv"] == "" else f"{r['norm_output_cv']:.3g}"
-            print(f"{r['run']:45s} block {r['block']:2d} probe {r['probe_accuracy']:.3f} "
-                  f"norm-output CV {cv_out} stream CV {r['stream_norm_cv']:.3g}", flush=True)
-        rows += mine
-    write_csv(out / "stream.csv", rows)
-    plot(rows, out / "stream.png")
-    return rows
+    def describe(r: dict) -> str:
+        cv_out = "-" if r["norm_output_cv"] == "" else f"{r['norm_output_cv']:.3g}"
+        return (f"{r['run']:45s} block {r['block']:2d} probe {r['probe_accuracy']:.3f} "
+                f"norm-output CV {cv_out} stream CV {r['stream_norm_cv']:.3g}")
+
+    return analyse_runs(run_dirs, out, "stream",
+                        lambda d: analyse(d, train_windows, test_windows, steps), plot, describe)
 
 
-def main(argv: list[str]) -> int:
-    p = run_dirs_parser("stream", __doc__, "stream.csv/.png")
-    p.add_argument("--train-windows", type=int, default=48, help="validation windows the probes "
-                   "are fitted on")
-    p.add_argument("--test-windows", type=int, default=16, help="the next windows, scored")
-    p.add_argument("--steps", type=int, default=PROBE_STEPS, help="Adam steps per probe")
-    args = parse_run_dirs(p, argv)
+def _check(args) -> None:
     if min(args.train_windows, args.test_windows, args.steps) < 1:
         raise ConfigError("--train-windows, --test-windows and --steps must be >= 1")
-    run(args.run_dirs, args.out, args.train_windows, args.test_windows, args.steps)
-    return 0
+
+
+main = analysis_main(
+    "stream", __doc__, run, _check,
+    train_windows=option("--train-windows", type=int, default=48,
+                         help="validation windows the probes are fitted on"),
+    test_windows=option("--test-windows", type=int, default=16, help="the next windows, scored"),
+    steps=option("--steps", type=int, default=PROBE_STEPS, help="Adam steps per probe"))

@@ -47,32 +47,33 @@ def batch_sizes(buckets: list[int], tokens_per_batch: int) -> list[int]:
 
 def epoch_schedule(bucket_of: np.ndarray, sizes: list[int], rng: np.random.Generator):
     """Training schedule: a list of (bucket index, window indices [B_L]) in shuffled order."""
-    batches = []
-    for b, size in enumerate(sizes):
-        members = np.flatnonzero(bucket_of == b)
-        if len(members) == 0:
-            continue
-        perm = members[rng.permutation(len(members))]
-        n_batches = -(-len(perm) // size)
-        rows = perm[np.arange(n_batches * size) % len(perm)]  # wrap around: static [B_L, L]
-        batches += [(b, rows[i * size:(i + 1) * size]) for i in range(n_batches)]
-    order = rng.permutation(len(batches))
-    return [batches[i] for i in order]
+    # A bucket's last batch wraps around to its first windows: every batch is a static [B_L, L].
+    return _schedule(bucket_of, sizes, rng, lambda perm, n: perm[np.arange(n) % len(perm)])
 
 
 def eval_schedule(bucket_of: np.ndarray, sizes: list[int]):
     """Evaluation schedule: every window once; row index -1 is an all-pad filler row."""
-    rng = np.random.default_rng(EVAL_SEED)
+    # A fixed shuffle makes any prefix of the batch list a fair sample of the split.
+    return _schedule(bucket_of, sizes, np.random.default_rng(EVAL_SEED), _filler_rows)
+
+
+def _filler_rows(perm: np.ndarray, n: int) -> np.ndarray:
+    rows = np.full(n, -1, dtype=np.int64)
+    rows[:len(perm)] = perm
+    return rows
+
+
+def _schedule(bucket_of, sizes, rng, fill):
+    """Each bucket's windows shuffled, made ``fill(perm, n)`` rows long (a whole number of
+    batches) and cut into batches; then the batches of all buckets shuffled together."""
     batches = []
     for b, size in enumerate(sizes):
         members = np.flatnonzero(bucket_of == b)
         if len(members) == 0:
             continue
-        # A fixed shuffle makes any prefix of the batch list a fair sample of the split.
         perm = members[rng.permutation(len(members))]
         n_batches = -(-len(perm) // size)
-        rows = np.full(n_batches * size, -1, dtype=np.int64)
-        rows[:len(perm)] = perm
+        rows = fill(perm, n_batches * size)
         batches += [(b, rows[i * size:(i + 1) * size]) for i in range(n_batches)]
     order = rng.permutation(len(batches))
     return [batches[i] for i in order]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.atomic import write_atomic
+from trainer.atomic import read_json, write_json
 
 K_GRID = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
 HELD_OUT = 10  # every 10th train window is held out to choose k
@@ -94,13 +94,11 @@ def baselines_for(data_cfg) -> dict:
     corpus = prepare(data_cfg)
     key = f"{corpus.fingerprint}-{corpus.tokenizer_hash}-{int(data_cfg.eval_batches)}-{corpus.max_len}"
     path = sources.cache_root(data_cfg) / "baselines" / f"{key}.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        pass
+    cached = read_json(path)
+    if cached:
+        return cached
     out = from_corpus(corpus)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(out, indent=2, sort_keys=True) + "\n")
+    write_json(path, out)
     return out
 
 
@@ -113,18 +111,15 @@ def data_key(cfg) -> str:
 
 
 def _ensure(path: Path, data_cfg, key: str) -> dict | None:
-    try:
-        saved = json.loads(path.read_text())
-        if saved.get("data") == key:
-            return saved
-    except (OSError, ValueError):
-        pass
+    saved = read_json(path)
+    if saved.get("data") == key:
+        return saved
     try:
         out = {**baselines_for(data_cfg), "data": key}
     except Exception as e:  # noqa: BLE001 - tables must still be written without the corpus
         print(f"warning: no unigram/bigram baselines for {path.parent}: {e}")
         return None
-    write_atomic(path, json.dumps(out, indent=2, sort_keys=True) + "\n")
+    write_json(path, out)
     return out
 
 
@@ -143,10 +138,9 @@ def ensure_baselines(root: Path, runs) -> dict | None:
 def read_run_baselines(run_path: Path, root: Path | None = None) -> dict | None:
     """The baselines that apply to one run: its own file, else its results root's."""
     for path in (Path(run_path) / FILE, *([Path(root) / FILE] if root else [])):
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
+        found = read_json(path)
+        if found:
+            return found
     return None
 
 

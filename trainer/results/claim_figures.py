@@ -107,7 +107,7 @@ def loss_by_depth(ref, path: Path) -> Path | None:
 
 def saturation_by_alpha(ref, path: Path) -> Path | None:
     """F14's figure from the ``dyt`` sub-sweep (× = diverged); None when it is not there."""
-    from trainer.results.finding import final_loss
+    from trainer.results.metrics import final_loss
     from trainer.results.findings_stream import SATURATED_MIN, dyt_saturation
 
     runs = ref.groups.get("dyt", [])

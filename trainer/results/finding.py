@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from trainer.results.metrics import finite, interval
+from trainer.results.metrics import interval
 
 
 @dataclass
@@ -23,6 +23,11 @@ class Finding:
     parts: list[tuple[str, bool]] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)  # measured values, one markdown line each
     missing: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        # The texts are written as wrapped triple-quoted strings: one space between words.
+        self.claim, self.metric, self.falsifier = (" ".join(t.split()) for t in
+                                                   (self.claim, self.metric, self.falsifier))
 
     @property
     def verdict(self) -> str:
@@ -41,10 +46,3 @@ def fmt_seeds(values: dict) -> str:
 
 def line(name: str, values: dict) -> str:
     return f"{name}: {fmt_seeds(values)}"
-
-
-def final_loss(run) -> float | None:
-    """Final eval loss; a diverged run counts as infinitely bad."""
-    if run.status == "diverged":
-        return math.inf
-    return finite(run.summary.get("final_eval_loss"))

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from trainer.atomic import write_atomic
 from trainer.results import baselines as bl
-from trainer.results.finding import Finding, final_loss, fmt_seeds, line
-from trainer.results.metrics import above, beyond, finite, interval
+from trainer.results.finding import Finding, fmt_seeds, line
+from trainer.results.metrics import (above, beyond, final_loss, final_probe, gap, interval,
+                                     precise_bn_loss)
 from trainer.results.runs import MIN_SEEDS, Reference
 
 # ---- thresholds (fixed before the reference runs were made; never loosened after) ----------
@@ -63,8 +64,9 @@ BN_NORMS = ("batch", "masked_batch")
 
 
 def scale(ref: Reference) -> Finding:
-    f = Finding("S", "At this scale the healthy model (Pre-LN + residual) learns: it ends clearly "
-                "below the bigram table, so the variants are compared on a model that uses context",
+    f = Finding("S", """At this scale the healthy model (Pre-LN + residual) learns: it ends clearly
+                    below the bigram table, so the variants are compared on a model that uses
+                    context""",
                 "final eval loss vs unigram/bigram cross-entropy of the same eval tokens",
                 f"Pre-LN's mean eval loss above bigram − {HEALTHY_BELOW_BIGRAM}",
                 plot="grid/plots/loss.png")
@@ -81,12 +83,12 @@ def scale(ref: Reference) -> Finding:
 
 
 def f1(ref: Reference) -> Finding:
-    f = Finding("F1", "LN-style norms give a sequence the same output whatever its batch; "
-                "BN does not", "max |Δ logits| of one sequence alone vs in a batch with others "
-                "and extra pads, training mode (`probe/batch_invariance`), final",
-                f"a per-token norm moving logits by > {INVARIANT_MAX:g}, or a BN by < "
-                f"{DEPENDENT_MIN:g}", plot="grid/plots/invariance_and_gap.png")
-    inv = {n: ref.per_seed(f, "grid", lambda r: r.probe("probe/batch_invariance"), norm=n, **BASE)
+    f = Finding("F1", """LN-style norms give a sequence the same output whatever its batch; BN does
+                    not""", """max |Δ logits| of one sequence alone vs in a batch with others
+                    and extra pads, training mode (`probe/batch_invariance`), final""",
+                f"""a per-token norm moving logits by > {INVARIANT_MAX:g}, or a BN by <
+                    {DEPENDENT_MIN:g}""", plot="grid/plots/invariance_and_gap.png")
+    inv = {n: ref.per_seed(f, "grid", lambda r: final_probe(r, "probe/batch_invariance"), norm=n, **BASE)
            for n in TOKEN_NORMS + BN_NORMS}
     if f.missing:
         return f
@@ -96,11 +98,6 @@ def f1(ref: Reference) -> Finding:
     f.parts.append(("batch norms depend on the batch",
                     all(beyond(inv[n], DEPENDENT_MIN, "above") for n in BN_NORMS)))
     return f
-
-
-def _gap(run, key: str) -> float | None:
-    a, b = finite(run.summary.get(key)), finite(run.summary.get("final_eval_loss_train_mode"))
-    return None if a is None or b is None else a - b
 
 
 def _mode_gap(rows: list[dict], norm: str) -> dict:
@@ -115,19 +112,19 @@ def _mode_gap(rows: list[dict], norm: str) -> dict:
 
 
 def f2(ref: Reference) -> Finding:
-    f = Finding("F2", "BN uses batch statistics in training and running statistics at inference, "
-                "so the two disagree; LN is the same function in both",
-                "BN: eval loss (inference) − eval loss (batch statistics), with the EMA running "
-                "statistics and with population statistics recomputed after training (PreciseBN); "
-                "LN: training- minus inference-mode loss of the same 64 sequences at B = 64 "
-                "(`analyze batch-size`; the training loop reuses LN's inference program, so its "
-                "own train-mode eval would be equal by construction)",
+    f = Finding("F2", """BN uses batch statistics in training and running statistics at inference,
+                    so the two disagree; LN is the same function in both""",
+                """BN: eval loss (inference) − eval loss (batch statistics), with the EMA running
+                    statistics and with population statistics recomputed after training
+                    (PreciseBN); LN: training- minus inference-mode loss of the same 64 sequences
+                    at B = 64 (`analyze batch-size`; the training loop reuses LN's inference
+                    program, so its own train-mode eval would be equal by construction)""",
                 f"LN with |gap| > {GAP_ZERO:g}, or BN's population-statistics gap < {GAP_MIN} nats",
                 plot="grid/plots/invariance_and_gap.png")
     rows = ref.analysis(f, "analysis/batch_size.csv")
-    ema = {n: ref.per_seed(f, "grid", lambda r: _gap(r, "final_eval_loss"), norm=n, **BASE)
+    ema = {n: ref.per_seed(f, "grid", gap, norm=n, **BASE)
            for n in BN_NORMS}
-    pop = {n: ref.per_seed(f, "grid", lambda r: _gap(r, "final_eval_loss_precise_bn"), norm=n,
+    pop = {n: ref.per_seed(f, "grid", lambda r: gap(r, "final_eval_loss_precise_bn"), norm=n,
                            **BASE) for n in BN_NORMS}
     ln = _mode_gap(rows, "layer")
     if not f.missing and len(ln) < MIN_SEEDS:
@@ -145,11 +142,11 @@ def f2(ref: Reference) -> Finding:
 
 def f3(ref: Reference) -> Finding:
     f = Finding("F3", "Padding pollutes BN statistics unless pads are masked",
-                "final eval loss (inference, population statistics) of naive `batch` vs "
-                "`masked_batch`, Pre-LN + residual",
-                f"`batch` not worse than `masked_batch` by {LOSS_MARGIN} nats on every seed with "
-                "separate intervals", plot="grid/plots/loss.png")
-    loss = {n: ref.per_seed(f, "grid", lambda r: finite(r.summary.get("final_eval_loss_precise_bn")),
+                """final eval loss (inference, population statistics) of naive `batch` vs
+                    `masked_batch`, Pre-LN + residual""",
+                f"""`batch` not worse than `masked_batch` by {LOSS_MARGIN} nats on every seed with
+                    separate intervals""", plot="grid/plots/loss.png")
+    loss = {n: ref.per_seed(f, "grid", precise_bn_loss,
                             norm=n, **BASE) for n in BN_NORMS}
     if f.missing:
         return f
@@ -160,13 +157,13 @@ def f3(ref: Reference) -> Finding:
 
 
 def f4(ref: Reference) -> Finding:
-    f = Finding("F4", "Without residual connections a deep stack loses its tokens' identity: "
-                "their vectors collapse toward one (Dong et al. 2021), and it trains worse",
-                "centred rank-1 residual ||X − 1·meanᵀ|| / ||X|| of the last block's tokens "
-                "(`probe/rank1_residual`; 0 = collapse) at step 0 and at the end; final eval loss; "
-                "LayerNorm, Pre-LN",
-                f"the residual-free stack not below the residual one by {COLLAPSE_MARGIN} at init, "
-                f"or not worse in loss by {LOSS_MARGIN} nats",
+    f = Finding("F4", """Without residual connections a deep stack loses its tokens' identity:
+                    their vectors collapse toward one (Dong et al. 2021), and it trains worse""",
+                """centred rank-1 residual ||X − 1·meanᵀ|| / ||X|| of the last block's tokens
+                    (`probe/rank1_residual`; 0 = collapse) at step 0 and at the end; final eval
+                    loss; LayerNorm, Pre-LN""",
+                f"""the residual-free stack not below the residual one by {COLLAPSE_MARGIN} at
+                    init, or not worse in loss by {LOSS_MARGIN} nats""",
                 plot="grid/plots/collapse_by_depth.png")
     last = ref.num_layers("grid") - 1
     tag = f"probe/rank1_residual/block_{last}"
@@ -195,13 +192,13 @@ def _fragile(run) -> bool:
 
 
 def f5(ref: Reference) -> Finding:
-    f = Finding("F5", "Without normalization the residual stream grows with depth, and training "
-                "is fragile at high learning rates",
-                "token std of the stream, last block / first block, end of training (Pre, "
-                "residual); runs that diverged or spiked (loss > ln V, or ×2 within a logging "
-                "interval) in the high-LR slice",
-                f"no-norm growth below {GROWTH_FACTOR}× LN's, or no-norm runs fragile in not more "
-                f"than {FRAGILE_SHARE:.0%} more of the high-LR runs than Pre-LN",
+    f = Finding("F5", """Without normalization the residual stream grows with depth, and training
+                    is fragile at high learning rates""",
+                """token std of the stream, last block / first block, end of training (Pre,
+                    residual); runs that diverged or spiked (loss > ln V, or ×2 within a logging
+                    interval) in the high-LR slice""",
+                f"""no-norm growth below {GROWTH_FACTOR}× LN's, or no-norm runs fragile in not more
+                    than {FRAGILE_SHARE:.0%} more of the high-LR runs than Pre-LN""",
                 plot="grid/plots/token_std_by_depth.png")
     last = ref.num_layers("grid") - 1
 
@@ -233,14 +230,14 @@ def _fragility(run) -> str:
 
 
 def f6(ref: Reference) -> Finding:
-    f = Finding("F6", "Post-LN needs learning-rate warm-up, Pre-LN does not (Xiong et al. 2020); "
-                "at init Post-LN's gradient grows toward the output blocks, Pre-LN's does not",
-                "final eval loss at a high LR with and without warm-up (diverged = ∞); "
-                "FFN-out gradient norm last/first block at init (`analyze grad-profile`, Xavier "
-                "init as in the paper); reported besides: the same ratio over training in the "
-                "high-LR slice (`grad_norm/ffn_out/block_i`)",
-                f"Post-LN without warm-up not worse by {WARMUP_MARGIN} nats, Pre-LN without warm-up "
-                f"not below bigram, or Post-LN's init ratio ≤ {PROFILE_GROWTH}",
+    f = Finding("F6", """Post-LN needs learning-rate warm-up, Pre-LN does not (Xiong et al. 2020);
+                    at init Post-LN's gradient grows toward the output blocks, Pre-LN's does not""",
+                """final eval loss at a high LR with and without warm-up (diverged = ∞); FFN-out
+                    gradient norm last/first block at init (`analyze grad-profile`, Xavier init as
+                    in the paper); reported besides: the same ratio over training in the high-LR
+                    slice (`grad_norm/ffn_out/block_i`)""",
+                f"""Post-LN without warm-up not worse by {WARMUP_MARGIN} nats, Pre-LN without
+                    warm-up not below bigram, or Post-LN's init ratio ≤ {PROFILE_GROWTH}""",
                 plot="lr_slice/plots/loss.png")
     w = ref.warmups("lr_slice")
     loss = {(p, x): ref.per_seed(f, "lr_slice", final_loss, norm="layer", placement=p, warmup_steps=x)
@@ -276,14 +273,14 @@ def f6(ref: Reference) -> Finding:
 
 
 def f7(ref: Reference) -> Finding:
-    f = Finding("F7", "BN's output depends on the batch size in training mode and not with its "
-                "running statistics; LN's depends on neither",
-                "mean eval loss of the same 64 full-length validation sequences evaluated B at a "
-                "time, B = 1 … 64, training and inference mode, final checkpoints of the grid's "
-                "Pre-LN runs (`analyze batch-size`)",
-                f"LN moving by > {FLAT_MAX:g} across B in either mode, BN in inference mode "
-                f"moving by > {FLAT_MAX:g}, or BN in training mode at B = 1 not worse than at "
-                f"B = 64 by {SMALL_BATCH_GAP} nats", plot="analysis/batch_size.png")
+    f = Finding("F7", """BN's output depends on the batch size in training mode and not with its
+                    running statistics; LN's depends on neither""",
+                """mean eval loss of the same 64 full-length validation sequences evaluated B at a
+                    time, B = 1 … 64, training and inference mode, final checkpoints of the grid's
+                    Pre-LN runs (`analyze batch-size`)""",
+                f"""LN moving by > {FLAT_MAX:g} across B in either mode, BN in inference mode
+                    moving by > {FLAT_MAX:g}, or BN in training mode at B = 1 not worse than at B =
+                    64 by {SMALL_BATCH_GAP} nats""", plot="analysis/batch_size.png")
     rows = ref.analysis(f, "analysis/batch_size.csv")
     if f.missing:
         return f

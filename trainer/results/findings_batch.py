@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from trainer.results import findings as F
 from trainer.results.finding import Finding, line
-from trainer.results.metrics import above, beyond, finite
+from trainer.results.metrics import above, beyond, precise_bn_loss
 from trainer.results.runs import MIN_SEEDS, Reference
 
 # ---- thresholds (fixed before the runs that test them; never loosened after) ---------------
@@ -47,13 +47,14 @@ def _need_seeds(f: Finding, csv: str, values: dict, what: str) -> None:
 
 
 def f8(ref: Reference) -> Finding:
-    f = Finding("F8", "A sequence's output does not depend on its batch partners' real lengths "
-                "for per-token norms (LayerNorm, RMSNorm), and does for BN",
-                "max |Δ logits| over a half-length sequence's real positions, batched with "
-                "partners of 8–16 vs full real length (same batch width), max over 16 sequences, "
-                "final checkpoints of the grid's Pre-LN + residual runs (`analyze composition`)",
-                f"LayerNorm or RMSNorm moving logits by ≥ {F.INVARIANT_MAX:g} in training mode, "
-                f"or BN by ≤ {F.DEPENDENT_MIN:g}", plot="analysis/composition.png")
+    f = Finding("F8", """A sequence's output does not depend on its batch partners' real lengths
+                    for per-token norms (LayerNorm, RMSNorm), and does for BN""",
+                """max |Δ logits| over a half-length sequence's real positions, batched with
+                    partners of 8–16 vs full real length (same batch width), max over 16 sequences,
+                    final checkpoints of the grid's Pre-LN + residual runs
+                    (`analyze composition`)""",
+                f"""LayerNorm or RMSNorm moving logits by ≥ {F.INVARIANT_MAX:g} in training mode,
+                    or BN by ≤ {F.DEPENDENT_MIN:g}""", plot="analysis/composition.png")
     csv = "analysis/composition.csv"
     rows = ref.analysis(f, csv)
     if f.missing:
@@ -75,23 +76,19 @@ def f8(ref: Reference) -> Finding:
     return f
 
 
-def _precise(run) -> float | None:
-    return finite(run.summary.get("final_eval_loss_precise_bn"))
-
-
 def f9(ref: Reference) -> Finding:
-    f = Finding("F9", "Padding pollutes naive BN statistics, more so as pads grow; masking "
-                "fixes it", "|mean over all positions − mean over real tokens| / std over real "
-                "tokens (with BN's ε) at every block's BN input, naive `batch`, the training stream "
-                "batched three ways (`analyze padding`); final eval loss (population "
-                "statistics) of `batch` vs `masked_batch` in the pad-to-max and small-batch "
-                "sub-sweeps",
-                f"a pad-to-max shift < {POLLUTION_MIN} on some seed or not above the bucketed one, "
-                f"or `masked_batch` not better than `batch` by {F.LOSS_MARGIN} nats under "
-                "pad-to-max or under small batches", plot="analysis/padding.png")
+    f = Finding("F9", """Padding pollutes naive BN statistics, more so as pads grow; masking fixes
+                    it""", """|mean over all positions − mean over real tokens| / std over real
+                    tokens (with BN's ε) at every block's BN input, naive `batch`, the training
+                    stream batched three ways (`analyze padding`); final eval loss (population
+                    statistics) of `batch` vs `masked_batch` in the pad-to-max and small-batch
+                    sub-sweeps""",
+                f"""a pad-to-max shift < {POLLUTION_MIN} on some seed or not above the bucketed
+                    one, or `masked_batch` not better than `batch` by {F.LOSS_MARGIN} nats under
+                    pad-to-max or under small batches""", plot="analysis/padding.png")
     csv = "analysis/padding.csv"
     rows = ref.analysis(f, csv)
-    loss = {(g, n): ref.per_seed(f, g, _precise, norm=n, **F.BASE)
+    loss = {(g, n): ref.per_seed(f, g, precise_bn_loss, norm=n, **F.BASE)
             for g in ("pad_to_max", "small_batch") for n in F.BN_NORMS}
     if f.missing:
         return f
@@ -108,7 +105,7 @@ def f9(ref: Reference) -> Finding:
                                 _by_seed(rows, "shift", norm=n, condition=c)))
     context = Finding("", "", "", "")  # the grid's bucketed losses: context, not in the verdict
     for n in F.BN_NORMS:
-        grid = ref.per_seed(context, "grid", _precise, norm=n, **F.BASE)
+        grid = ref.per_seed(context, "grid", precise_bn_loss, norm=n, **F.BASE)
         if grid:
             f.lines.append(line(f"eval loss, {n}, bucketed (grid)", grid))
     for (g, n), v in loss.items():

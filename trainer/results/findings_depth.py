@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 
-from trainer.results.finding import Finding, final_loss, line
+from trainer.results.finding import Finding, line
 from trainer.results.findings import LOSS_MARGIN
+from trainer.results.metrics import final_loss
 from trainer.results.runs import MIN_SEEDS, Reference
 
 HEALTHY = ("Pre-LN + residual", dict(norm="layer", residual="true", placement="pre"))
@@ -49,11 +50,11 @@ def _diff(a: dict, b: dict) -> dict:
 
 
 def f11(ref: Reference) -> Finding:
-    f = Finding("F11", "Residual connections and LN are what let deep stacks train: the healthy "
-                "model improves or holds from 2 to 12 blocks while the others fall behind it",
+    f = Finding("F11", """Residual connections and LN are what let deep stacks train: the healthy
+                    model improves or holds from 2 to 12 blocks while the others fall behind it""",
                 "final eval loss at 2 and 12 blocks (6: the grid), 3 seeds, per variant",
-                f"Pre-LN + residual worse at 12 blocks than at 2 by > {LOSS_MARGIN} nats on a "
-                f"seed, or a variant whose gap to it does not grow by {LOSS_MARGIN} nats",
+                f"""Pre-LN + residual worse at 12 blocks than at 2 by > {LOSS_MARGIN} nats on a
+                    seed, or a variant whose gap to it does not grow by {LOSS_MARGIN} nats""",
                 plot="depth/plots/loss_by_depth.png")
     ds = depths(ref)
     if len(ds) < 2:

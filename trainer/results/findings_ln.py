@@ -51,14 +51,15 @@ def cross_token_jacobian(norm: str, seed: int) -> float:
 
 
 def f13(ref) -> Finding:
-    f = Finding("F13", "LN normalises each token over its own features: a dominant feature is "
-                "damped, a near-constant vector re-expanded, and no token's output depends on "
-                "another token's input",
-                "LN (the lab's layer, ε = 1e-5) of two example vectors; max cross-token entry of "
-                "the Jacobian d y[b, t] / d x[b', t'] on random (2, 3, 5) inputs, 3 seeds",
-                f"the dominant vector's output mean or std off 0 / 1 by > {UNIT_TOL:g}, the "
-                f"near-constant one's output std below {REEXPANDED_MIN}, an LN cross-token "
-                f"Jacobian entry > {INVARIANT_MAX:g}, or BN's (training mode) ≤ {DEPENDENT_MIN:g}",
+    f = Finding("F13", """LN normalises each token over its own features: a dominant feature is
+                    damped, a near-constant vector re-expanded, and no token's output depends on
+                    another token's input""",
+                """LN (the lab's layer, ε = 1e-5) of two example vectors; max cross-token entry of
+                    the Jacobian d y[b, t] / d x[b', t'] on random (2, 3, 5) inputs, 3 seeds""",
+                f"""the dominant vector's output mean or std off 0 / 1 by > {UNIT_TOL:g}, the
+                    near-constant one's output std below {REEXPANDED_MIN}, an LN cross-token
+                    Jacobian entry > {INVARIANT_MAX:g}, or BN's (training mode)
+                    ≤ {DEPENDENT_MIN:g}""",
                 plot="analysis/ln_numbers.png")
     out = normalise([DOMINANT, NEAR_CONSTANT])
     jac = {n: {s: cross_token_jacobian(n, s) for s in SEEDS} for n in ("layer", "batch")}

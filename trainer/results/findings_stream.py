@@ -26,9 +26,9 @@ mean final loss is at the unigram plateau has final saturation (max over blocks)
 import math
 
 from trainer.results.baselines import PLATEAU_MARGIN, at_plateau
-from trainer.results.finding import Finding, final_loss, line
+from trainer.results.finding import Finding, line
 from trainer.results.findings import BASE, LOSS_MARGIN
-from trainer.results.metrics import above, beyond, finite, interval
+from trainer.results.metrics import above, beyond, final_loss, final_probe, finite, interval
 from trainer.results.runs import MIN_SEEDS, Reference
 from trainer.telemetry.probes import SATURATION_X  # F14's probe threshold (defined with it)
 
@@ -67,14 +67,14 @@ def _stream(f, rows: list[dict], column: str, block: int, **want) -> dict:
 
 
 def f10(ref: Reference) -> Finding:
-    f = Finding("F10", "LN's γ and β restore what normalisation removes: without them every "
-                "token leaves LN with the same norm (√C), and the model trains worse",
-                "final eval loss of Pre-LN + residual with γ/β (grid) and without "
-                "(`model.norm_affine=false`, sub-sweep `affine`); coefficient of variation "
-                "(std / mean over real tokens) of the per-token L2 norm of the last block's "
-                "attention-LN output, final checkpoints (`analyze stream`)",
-                f"LN without γ/β not worse by {LOSS_MARGIN} nats, a CV with γ/β below "
-                f"{AFFINE_SPREAD_MIN}, or one without γ/β above {FLAT_SPREAD_MAX:g}",
+    f = Finding("F10", """LN's γ and β restore what normalisation removes: without them every token
+                    leaves LN with the same norm (√C), and the model trains worse""",
+                """final eval loss of Pre-LN + residual with γ/β (grid) and without
+                    (`model.norm_affine=false`, sub-sweep `affine`); coefficient of variation (std
+                    / mean over real tokens) of the per-token L2 norm of the last block's
+                    attention-LN output, final checkpoints (`analyze stream`)""",
+                f"""LN without γ/β not worse by {LOSS_MARGIN} nats, a CV with γ/β below
+                    {AFFINE_SPREAD_MIN}, or one without γ/β above {FLAT_SPREAD_MAX:g}""",
                 plot="analysis/stream.png")
     loss = {"true": ref.per_seed(f, "grid", final_loss, norm="layer", **BASE),
             "false": ref.per_seed(f, "affine", final_loss, norm="layer", norm_affine="false",
@@ -102,14 +102,14 @@ def f10(ref: Reference) -> Finding:
 
 
 def f12(ref: Reference) -> Finding:
-    f = Finding("F12", "The residual connection keeps each token's identity through depth: a "
-                "linear probe still reads the input token from the last block with it, much less "
-                "without it",
-                "held-out accuracy of a linear softmax probe decoding the input token at position "
-                "t from block i's output at t (frozen features, Adam), final checkpoints of the "
-                "grid's Pre-LN runs with and without residual (`analyze stream`)",
-                f"the last block's accuracy with the residual at or below {IDENTITY_HIGH}, or "
-                f"without it not lower by {IDENTITY_DROP} (separate intervals)",
+    f = Finding("F12", """The residual connection keeps each token's identity through depth: a
+                    linear probe still reads the input token from the last block with it, much less
+                    without it""",
+                """held-out accuracy of a linear softmax probe decoding the input token at position
+                    t from block i's output at t (frozen features, Adam), final checkpoints of the
+                    grid's Pre-LN runs with and without residual (`analyze stream`)""",
+                f"""the last block's accuracy with the residual at or below {IDENTITY_HIGH}, or
+                    without it not lower by {IDENTITY_DROP} (separate intervals)""",
                 plot="analysis/stream.png")
     rows = ref.analysis(f, STREAM_CSV)
     last = ref.num_layers("grid") - 1
@@ -137,7 +137,7 @@ DYT_ALPHAS = (0.05, 0.2, 0.5, 1.0)  # configs/sweeps/reference_dyt.yaml
 def dyt_saturation(run, layers: int, when: str = "final") -> float | None:
     """Saturation of a DyT run, max over blocks of ``probe/dyt_saturation/block_i``: final, or at
     step 0 (``when="first"``)."""
-    xs = [run.probe(f"probe/dyt_saturation/block_{i}") if when == "final"
+    xs = [final_probe(run, f"probe/dyt_saturation/block_{i}") if when == "final"
           else run.eval_at(f"probe/dyt_saturation/block_{i}", when) for i in range(layers)]
     return None if None in xs else max(xs)
 
@@ -151,13 +151,13 @@ def _at_least(values: dict, threshold: float) -> bool:
 
 def f14(ref) -> Finding:
     f = Finding("F14", "DyT (γ·tanh(α·x) + β) trains where α keeps tanh out of saturation",
-                "per initial α (`model.dyt_alpha`; Pre placement + residual): final eval loss "
-                "and final saturation, the largest share over blocks of real tokens' features "
-                f"with |α·x| > {SATURATION_X:g} at the first norm (`probe/dyt_saturation`, α the "
-                "learned value)",
-                "no α ending below bigram on every seed; or an α at the unigram plateau (mean "
-                f"within {PLATEAU_MARGIN} nats) with saturation < {SATURATED_MIN} on some seed; or "
-                f"an α below bigram with saturation ≥ {SATURATED_MIN} on some seed",
+                f"""per initial α (`model.dyt_alpha`; Pre placement + residual): final eval loss
+                    and final saturation, the largest share over blocks of real tokens' features
+                    with |α·x| > {SATURATION_X:g} at the first norm (`probe/dyt_saturation`, α the
+                    learned value)""",
+                f"""no α ending below bigram on every seed; or an α at the unigram plateau (mean
+                    within {PLATEAU_MARGIN} nats) with saturation < {SATURATED_MIN} on some seed;
+                    or an α below bigram with saturation ≥ {SATURATED_MIN} on some seed""",
                 plot="dyt/plots/saturation.png")
     layers = ref.num_layers("dyt")
     runs = {a: ref.per_seed(f, "dyt", lambda r: r, dyt_alpha=a) for a in DYT_ALPHAS}

@@ -1,5 +1,7 @@
-"""Derived numbers and the statistics behind every verdict: finite filtering, mean with a 95 %
-t-interval, and the two comparison rules the findings use.
+"""Numbers derived from runs and the statistics behind every verdict, each defined once:
+finite filtering, a run's final loss, final probe and train/inference gap, mean ± std, mean
+with a 95 % t-interval, and the two comparison rules the findings use. The summary tables,
+the plots and the findings all call these (a run is a :class:`trainer.results.run.Run`).
 
 A comparison *shows* only when it holds for every seed and the groups' 95 % intervals do not
 overlap; a threshold test only when every seed passes and the whole interval lies beyond the
@@ -22,6 +24,62 @@ def finite(x) -> float | None:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
     return float(x) if math.isfinite(x) else None
+
+
+def final_loss(run) -> float | None:
+    """Final eval loss; a diverged run counts as infinitely bad."""
+    if run.status == "diverged":
+        return math.inf
+    return finite(run.summary.get("final_eval_loss"))
+
+
+def precise_bn_loss(run) -> float | None:
+    """Final eval loss in inference mode with population BN statistics (PreciseBN), or None."""
+    return finite(run.summary.get("final_eval_loss_precise_bn"))
+
+
+def final_probe(run, tag: str) -> float | None:
+    """A probe's final value: from summary.json, else the last point of its eval curve."""
+    value = (run.summary.get("probes") or {}).get(tag)
+    return finite(value if value is not None else run.final("eval", tag))
+
+
+def mode_losses(run, key: str = "final_eval_loss") -> tuple[float | None, float | None]:
+    """(eval loss in inference mode, eval loss with train-mode BN), finite or None.
+
+    ``key`` picks the inference-mode loss of summary.json: ``final_eval_loss`` (EMA running
+    statistics) or ``final_eval_loss_precise_bn`` (population statistics). Older summaries
+    without the train-mode loss: both from the last points of the (float32) eval curves, which
+    hold only the EMA-statistics loss.
+    """
+    s = run.summary
+    loss, train_mode = finite(s.get(key)), finite(s.get("final_eval_loss_train_mode"))
+    if train_mode is None and loss is not None and key == "final_eval_loss":
+        return finite(run.final("eval", "loss")), finite(run.final("eval", "loss_train_mode"))
+    return loss, train_mode
+
+
+def gap(run, key: str = "final_eval_loss") -> float | None:
+    """Train/inference gap: inference-mode eval loss minus train-mode-BN eval loss (``mode_losses``);
+    None when either is unknown."""
+    loss, train_mode = mode_losses(run, key)
+    return None if loss is None or train_mode is None else loss - train_mode
+
+
+def mean(values) -> float | None:
+    """Mean of the values that are not None; None when there are none."""
+    return mean_std(values)[0]
+
+
+def mean_std(values) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation of the values that are not None (std None below 2)."""
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return None, None
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, None
+    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
 @dataclass(frozen=True)
@@ -54,14 +112,13 @@ def interval(values) -> Interval | None:
     if not xs:
         return None
     n = len(xs)
-    mean = sum(xs) / n
-    if n == 1 or not math.isfinite(mean):
+    m, sd = mean_std(xs)
+    if n == 1 or not math.isfinite(m):
         half = 0.0 if n == 1 else math.inf
     else:
-        sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
         half = stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * sd / math.sqrt(n)
-    lo, hi = (mean - half, mean + half) if math.isfinite(half) else (min(xs), max(xs))
-    return Interval(mean, half, lo, hi, min(xs), max(xs), n)
+    lo, hi = (m - half, m + half) if math.isfinite(half) else (min(xs), max(xs))
+    return Interval(m, half, lo, hi, min(xs), max(xs), n)
 
 
 def above(a: dict, b: dict, margin: float = 0.0) -> bool:

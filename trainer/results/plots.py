@@ -29,8 +29,9 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from trainer.atomic import atomic_write  # noqa: E402
 from trainer.results.palette import Sweep  # noqa: E402
-from trainer.results.series import (before_divergence, by_block, final_probe, finite,  # noqa: E402
-                                     gap, mean_curve, positive, spikes)
+from trainer.results.metrics import final_probe, gap  # noqa: E402
+from trainer.results.series import (before_divergence, by_block, finite_points,  # noqa: E402
+                                     mean_curve, positive, spikes)
 
 DPI = 120
 MAX_WIDTH_PX = 2400  # readable on a laptop screen and in a Git host's page without zooming
@@ -231,7 +232,7 @@ def _depth_figure(sweep, group, prefix, suffix, ylabel, title, log):
             for run in v.runs:
                 prof = [(i, p[-1][1]) for i, c in by_block(getattr(run, group), prefix,
                                                             suffix).items()
-                        if (p := (positive(c) if log else finite(c)))]
+                        if (p := (positive(c) if log else finite_points(c)))]
                 profiles.append(prof)
             drawn |= _series(ax, v, profiles)
         if not drawn:
@@ -339,7 +340,7 @@ def _save(fig, path: Path) -> None:
 
 def write_plots(runs, out_dir: str | Path, baselines: dict[str, float] | None = None
                 ) -> list[Path]:
-    """Write the five PNGs for ``runs`` (``trainer.results.summarize.Run``) into ``out_dir``.
+    """Write the five PNGs for ``runs`` (``trainer.results.run.Run``) into ``out_dir``.
 
     ``baselines`` (e.g. ``{"unigram": 6.94, "bigram": 5.31}``, nats) are drawn as labelled
     horizontal lines on the loss plot; None or missing keys draw nothing.

@@ -28,10 +28,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainer.atomic import write_json
 from trainer.config import ConfigError, load_config
 from trainer.machine import IDENTITY_KEYS
-from trainer.results.events import read_scalars
-from trainer.train.rundir import _git, read_json, write_json
+from trainer.provenance import git_dirty, git_sha
+from trainer.results.run import Run
 
 EPS32 = 2.0 ** -23  # float32 machine epsilon
 RTOL, ATOL = 1e-4, 1e-6  # floor of the tolerance on losses and summaries
@@ -148,11 +149,11 @@ def compare_summaries(orig: dict, new: dict, cmp: Comparison) -> Comparison:
     return cmp
 
 
-def compare_curves(orig_dir: Path, new_dir: Path, cmp: Comparison) -> Comparison:
+def compare_curves(orig: Run, new: Run, cmp: Comparison) -> Comparison:
     """Compare every curve point by point into ``cmp``; only a curve's first difference beyond
     the tolerance is kept (the rest of a drifting curve is a consequence of it)."""
     for group in ("train", "eval"):
-        a, b = read_scalars(orig_dir / group), read_scalars(new_dir / group)
+        a, b = getattr(orig, group), getattr(new, group)
         for tag in sorted((set(a) | set(b)) - set(WALL_CLOCK)):
             name = f"{group}/{tag}"
             if tag not in a or tag not in b:
@@ -214,16 +215,16 @@ def expectation(orig: dict, new: dict) -> list[str]:
     return why
 
 
-def _check(run_dir: Path) -> dict:
+def _check(run_dir: Path) -> Run:
     if not run_dir.is_dir():
         raise ConfigError(f"run directory not found: {run_dir}")
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"not a run directory (no config.yaml): {run_dir}")
-    summary = read_json(run_dir / "summary.json")
-    if summary.get("status") not in ("completed", "diverged"):
-        raise ConfigError(f"{run_dir} holds no finished run (status: "
-                          f"{summary.get('status', 'unfinished')}); finish it before reproducing")
-    return summary
+    run = Run(run_dir)
+    if not run.finished:
+        raise ConfigError(f"{run_dir} holds no finished run (status: {run.status}); finish it "
+                          f"before reproducing")
+    return run
 
 
 def check_out_dir(out_dir: Path, reuse: bool) -> None:
@@ -238,15 +239,15 @@ def check_out_dir(out_dir: Path, reuse: bool) -> None:
             raise ConfigError(f"{out_dir} already exists; pass --reuse to compare against what it "
                               f"holds (its code version is checked), or choose another --out")
         return
-    meta = read_json(out_dir / "meta.json")
+    meta = Run(out_dir).meta
     if not meta:
         return  # nothing trained there yet: the reproduction starts from scratch
-    here = _git("rev-parse", "HEAD") or None
+    here = git_sha()
     if meta.get("git_sha") != here:
         raise ConfigError(f"{out_dir} holds a reproduction made by code "
                           f"{_short(meta.get('git_sha'))}, this checkout is {_short(here)}; "
                           f"delete it or choose another --out")
-    if meta.get("git_dirty") or _git("status", "--porcelain", "--untracked-files=no"):
+    if meta.get("git_dirty") or git_dirty():
         print(f"note: uncommitted changes (then or now): {out_dir} may have been made by other "
               f"code than this checkout's {_short(here)}", flush=True)
 
@@ -304,18 +305,18 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, progress: bool
     if out_dir.resolve() == run_dir.resolve():
         raise ConfigError("--out must differ from the run directory being reproduced")
     check_out_dir(out_dir, reuse)
-    reused = read_json(out_dir / "summary.json").get("status") in ("completed", "diverged")
-    print(f"reusing the finished reproduction of {run_dir} in {out_dir}" if reused else
-          f"reproducing {run_dir} -> {out_dir}", flush=True)
+    print(f"reusing the finished reproduction of {run_dir} in {out_dir}"
+          if Run(out_dir).finished else f"reproducing {run_dir} -> {out_dir}", flush=True)
     argv = ["python", "-m", "trainer", "reproduce", str(run_dir), "--out", str(out_dir)]
-    new = run_training(cfg, out_dir, argv=argv, progress=progress)
+    summary = run_training(cfg, out_dir, argv=argv, progress=progress)
+    new = Run(out_dir, summary=summary)  # read after training: its files are final now
 
-    why = expectation(read_json(run_dir / "meta.json"), read_json(out_dir / "meta.json"))
+    why = expectation(original.meta, new.meta)
     if strict:
         why = [*why, "--strict"] if why else why
-    cmp = Comparison(tolerances(int(original.get("steps") or cfg.train.steps)),
+    cmp = Comparison(tolerances(int(original.summary.get("steps") or cfg.train.steps)),
                      exact=strict or not why)
-    compare_curves(run_dir, out_dir, compare_summaries(original, new, cmp))
+    compare_curves(original, new, compare_summaries(original.summary, new.summary, cmp))
     cmp.diffs.sort(key=lambda d: (not d.where.startswith("summary"), d.step or 0))
     result = verdict(cmp, why)
     write_json(out_dir / VERDICT_FILE, result)

@@ -16,9 +16,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from trainer.atomic import read_json
 from trainer.config import ConfigError
 from trainer.results.reproduce import VERDICT_FILE, check_out_dir
-from trainer.train.rundir import read_json
+from trainer.results.run import Run, find_runs as run_dirs
 
 PASS = ("IDENTICAL", "WITHIN TOLERANCE")
 
@@ -26,12 +27,8 @@ PASS = ("IDENTICAL", "WITHIN TOLERANCE")
 def find_runs(root: Path) -> tuple[list[Path], list[Path]]:
     """Finished and unfinished run directories under ``root`` (any depth), sorted."""
     finished, unfinished = [], []
-    for cfg in sorted(root.rglob("config.yaml")):
-        run = cfg.parent
-        if "checkpoints" in run.relative_to(root).parts:
-            continue
-        status = read_json(run / "summary.json").get("status")
-        (finished if status in ("completed", "diverged") else unfinished).append(run)
+    for run in run_dirs(root, skip=("checkpoints",)):
+        (finished if Run(run).finished else unfinished).append(run)
     return finished, unfinished
 
 

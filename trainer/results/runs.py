@@ -1,7 +1,7 @@
 """The reference results as one object: runs grouped by sub-sweep, looked up by config values.
 
-``Reference(root)`` loads every run under ``root`` once (``summarize.load_runs``: config,
-summary, curves) plus each sub-sweep's ``baselines.json`` and analysis CSVs. Lookups used by a
+``Reference(root)`` holds every run under ``root`` (``run.load_runs``: each file of a run read
+once, on first use) plus each sub-sweep's ``baselines.json`` and analysis CSVs. Lookups used by a
 finding record what is missing on the finding instead of raising, so a partly regenerated
 reference still renders, with "not run" where its runs are absent.
 """
@@ -9,11 +9,12 @@ reference still renders, with "not run" where its runs are absent.
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
+from trainer.atomic import read_json
 from trainer.results.baselines import FILE as BASELINES_FILE
-from trainer.results.summarize import load_runs
+from trainer.results.metrics import finite, mean
+from trainer.results.run import load_runs
 
 MIN_SEEDS = 3  # every variant a finding compares runs at least this many seeds
 
@@ -48,19 +49,15 @@ class Reference:
         return {r.seed: fn(r) for r in sorted(runs, key=lambda r: r.seed)}
 
     def baselines(self, group: str) -> dict | None:
-        try:
-            return json.loads((self.root / group / BASELINES_FILE).read_text())
-        except (OSError, ValueError):
-            return None
+        return read_json(self.root / group / BASELINES_FILE) or None
 
     def num_layers(self, group: str) -> int:
         runs = self.groups.get(group) or self.runs
         return int(runs[0].cfg.model.num_layers) if runs else 1
 
     def pad_fraction(self, group: str) -> float:
-        xs = [r.summary.get("pad_fraction") for r in self.groups.get(group, [])]
-        xs = [x for x in xs if isinstance(x, (int, float))]
-        return sum(xs) / len(xs) if xs else float("nan")
+        m = mean(finite(r.summary.get("pad_fraction")) for r in self.groups.get(group, []))
+        return float("nan") if m is None else m
 
     def warmups(self, group: str) -> list[int]:
         return sorted({int(r.cfg.train.warmup_steps) for r in self.groups.get(group, [])}) or [0]
@@ -95,10 +92,7 @@ class Reference:
         made from a modified tree."""
         shas = set()
         for run in self.groups.get(group, []) if group else self.runs:
-            try:
-                meta = json.loads((run.path / "meta.json").read_text())
-            except (OSError, ValueError):
-                meta = {}
+            meta = run.meta
             shas.add(f"{meta.get('git_sha') or 'unknown'}{' (dirty)' if meta.get('git_dirty') else ''}")
         return sorted(shas)
 

@@ -1,6 +1,7 @@
-"""Reading curves for the plots: finite points, per-block tags, seed means, spikes, probes.
+"""Reading curves for the plots: finite points, per-block tags, seed means, spikes.
 
-Curves are ``[(step, value)]`` lists as :class:`trainer.results.summarize.Run` holds them.
+Curves are ``[(step, value)]`` lists as :class:`trainer.results.run.Run` holds them; numbers
+derived from a run (final probe, gap) are :mod:`trainer.results.metrics`'.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ import statistics
 BLOCK = re.compile(r"block_(\d+)")
 
 
-def finite(points):
+def finite_points(points):
     """Points with a finite value (NaN, inf and None dropped)."""
     return [(s, v) for s, v in points if v is not None and math.isfinite(v)]
 
 
 def positive(points):
     """Finite points above zero: what a log axis can show."""
-    return [(s, v) for s, v in finite(points) if v > 0]
+    return [(s, v) for s, v in finite_points(points) if v > 0]
 
 
 def by_block(curves: dict, prefix: str, suffix: str = "") -> dict[int, list]:
@@ -47,7 +48,7 @@ def mean_curve(curves):
 def before_divergence(run, curve):
     """Finite points, without the diverged step itself (its loss is inf, NaN or huge)."""
     stop = run.summary.get("diverged_step") if run.status == "diverged" else None
-    return [(s, v) for s, v in finite(curve) if stop is None or s < stop]
+    return [(s, v) for s, v in finite_points(curve) if stop is None or s < stop]
 
 
 def spikes(run, curve):
@@ -67,20 +68,3 @@ def spikes(run, curve):
         i = min(bisect.bisect_left(steps, int(step)), len(steps) - 1)
         out.append((int(step), values[steps[i]]))
     return out
-
-
-def final_probe(run, tag):
-    """A probe's final value: summary.json first, else the last point of its eval curve."""
-    value = (run.summary.get("probes") or {}).get(tag)
-    return value if value is not None else run.final("eval", tag)
-
-
-def gap(run):
-    """Eval loss in inference mode minus eval loss with train-mode BN (None when unknown)."""
-    loss = run.summary.get("final_eval_loss")
-    train_mode = run.summary.get("final_eval_loss_train_mode")
-    if loss is None:
-        return None
-    if train_mode is None:
-        train_mode = run.final("eval", "loss_train_mode")
-    return None if train_mode is None else loss - train_mode

@@ -16,20 +16,13 @@ from __future__ import annotations
 
 import csv
 import io
-import math
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
+from trainer.atomic import write_atomic
 from trainer.results.baselines import (PLATEAU_MARGIN, at_plateau, ensure_baselines,
                                       read_run_baselines)
-from trainer.results.events import read_scalars
-from trainer.results.metrics import finite as _finite, interval
-from trainer.train.rundir import read_json, write_atomic
-
-SEED_PART = re.compile(r"(^|,)seed=\d+(?=,|$)")
+from trainer.results.metrics import final_probe, finite, gap, interval, mean, mean_std, mode_losses
+from trainer.results.run import Run, load_runs
 
 RUN_COLUMNS = ("run", "variant", "norm", "placement", "residual", "num_layers", "lr",
                "warmup_steps", "seed", "status", "steps", "final_eval_loss",
@@ -64,117 +57,31 @@ MD_COLUMNS = (
 )
 
 
-@dataclass
-class Run:
-    """One run directory, everything read once: the plots reuse it."""
-
-    path: Path
-    name: str  # relative to the results root
-    variant: str  # name without the seed part
-    cfg: object
-    summary: dict
-    train: dict = field(default_factory=dict)  # {tag: [(step, value)]}
-    eval: dict = field(default_factory=dict)
-
-    @property
-    def seed(self) -> int:
-        return int(self.cfg.train.seed)
-
-    @property
-    def status(self) -> str:
-        return self.summary.get("status", "unfinished")
-
-    def final(self, group: str, tag: str):
-        """Last value of a curve (None when the tag was never written)."""
-        curve = getattr(self, group).get(tag)
-        return curve[-1][1] if curve else None
-
-    def eval_at(self, tag: str, which: str = "last"):
-        """First or last point of an eval curve (None when never written)."""
-        curve = self.eval.get(tag)
-        return (curve[0][1] if which == "first" else curve[-1][1]) if curve else None
-
-    def train_at(self, tag: str, which: str = "last"):
-        """First, middle or last point of a training curve (None when never written)."""
-        curve = self.train.get(tag)
-        if not curve:
-            return None
-        return curve[{"first": 0, "mid": len(curve) // 2}.get(which, -1)][1]
-
-    def probe(self, tag: str):
-        """A final probe value: from summary.json, else the last point of its eval curve."""
-        value = (self.summary.get("probes") or {}).get(tag)
-        return _finite(value if value is not None else self.final("eval", tag))
-
-
-def variant_name(run_name: str) -> str:
-    """``norm=batch,residual=false,seed=1`` -> ``norm=batch,residual=false``."""
-    name = SEED_PART.sub("", run_name).strip(",")
-    return name or run_name
-
-
-def find_runs(root: Path) -> list[Path]:
-    """Run directories (holding config.yaml) at or under ``root``, sorted; reproductions skipped."""
-    root = Path(root)
-    runs = (p.parent for p in root.rglob("config.yaml"))
-    return sorted(p for p in runs if not any(part.endswith(".reproduce")
-                                             for part in p.relative_to(root).parts))
-
-
-def load_runs(root: Path, curves: bool = True) -> list[Run]:
-    root = Path(root)
-    out = []
-    for path in find_runs(root):
-        name = str(path.relative_to(root)) if path != root else root.resolve().name
-        run = Run(path, name, variant_name(name), OmegaConf.load(path / "config.yaml"),
-                  read_json(path / "summary.json"))
-        if curves:
-            run.train, run.eval = read_scalars(path / "train"), read_scalars(path / "eval")
-        out.append(run)
-    return out
-
-
 def run_row(run: Run, baselines: dict | None = None) -> dict:
+    """One runs.csv row: the run's config keys, summary values and derived metrics."""
     s, cfg = run.summary, run.cfg
     last = int(cfg.model.num_layers) - 1
-    loss = _finite(s.get("final_eval_loss"))
-    train_mode = _finite(s.get("final_eval_loss_train_mode"))
-    gap = loss - train_mode if None not in (loss, train_mode) else None
-    if train_mode is None and loss is not None:  # older summaries: both from the (float32) curves
-        train_mode = _finite(run.final("eval", "loss_train_mode"))
-        curve_loss = _finite(run.final("eval", "loss"))
-        gap = curve_loss - train_mode if None not in (curve_loss, train_mode) else None
-
+    loss = finite(s.get("final_eval_loss"))
     return {
         "run": run.name, "variant": run.variant, "norm": cfg.model.norm,
         "placement": cfg.model.placement, "residual": cfg.model.residual,
         "num_layers": cfg.model.num_layers, "lr": cfg.train.lr,
         "warmup_steps": cfg.train.warmup_steps, "seed": run.seed, "status": run.status,
-        "steps": s.get("steps"), "final_eval_loss": loss, "final_eval_loss_train_mode": train_mode,
-        "train_inference_gap": gap,
-        "best_eval_loss": _finite(s.get("best_eval_loss")), "diverged_step": s.get("diverged_step"),
+        "steps": s.get("steps"), "final_eval_loss": loss,
+        "final_eval_loss_train_mode": mode_losses(run)[1], "train_inference_gap": gap(run),
+        "best_eval_loss": finite(s.get("best_eval_loss")), "diverged_step": s.get("diverged_step"),
         "loss_spikes": s.get("loss_spikes"),
-        "final_eval_loss_precise_bn": _finite(s.get("final_eval_loss_precise_bn")),
+        "final_eval_loss_precise_bn": finite(s.get("final_eval_loss_precise_bn")),
         "at_plateau": at_plateau(loss, baselines),
-        "max_grad_norm": _finite(s.get("max_grad_norm")),
-        "batch_invariance": run.probe("probe/batch_invariance"),
-        "batch_invariance_inference": run.probe("probe/batch_invariance_inference"),
-        "token_cosine_last": run.probe(f"probe/token_cosine/block_{last}"),
-        "tokens_per_sec": _finite(s.get("tokens_per_sec")),
-        "pad_fraction": _finite(s.get("pad_fraction")),
-        "wall_s": _finite((s.get("time") or {}).get("wall_s")),
-        "train_share": _finite((s.get("time") or {}).get("train_share")),
+        "max_grad_norm": finite(s.get("max_grad_norm")),
+        "batch_invariance": final_probe(run, "probe/batch_invariance"),
+        "batch_invariance_inference": final_probe(run, "probe/batch_invariance_inference"),
+        "token_cosine_last": final_probe(run, f"probe/token_cosine/block_{last}"),
+        "tokens_per_sec": finite(s.get("tokens_per_sec")),
+        "pad_fraction": finite(s.get("pad_fraction")),
+        "wall_s": finite((s.get("time") or {}).get("wall_s")),
+        "train_share": finite((s.get("time") or {}).get("train_share")),
     }
-
-
-def _mean_std(values) -> tuple[float | None, float | None]:
-    xs = [v for v in values if v is not None]
-    if not xs:
-        return None, None
-    mean = sum(xs) / len(xs)
-    if len(xs) < 2:
-        return mean, None
-    return mean, math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
 
 
 def _status(statuses: list[str]) -> str:
@@ -195,11 +102,11 @@ def group_variants(rows: list[dict]) -> list[dict]:
     for name, members in groups.items():
         first = members[0]
         col = lambda key: [m.get(key) for m in members]  # noqa: E731
-        loss_mean, loss_std = _mean_std(col("final_eval_loss"))
+        loss_mean, loss_std = mean_std(col("final_eval_loss"))
         loss_iv = interval(col("final_eval_loss"))
         plateau = sum(bool(p) for p in col("at_plateau"))
         spikes = [x for x in col("loss_spikes") if x is not None]
-        best_mean, best_std = _mean_std(col("best_eval_loss"))
+        best_mean, best_std = mean_std(col("best_eval_loss"))
         grads = [g for g in col("max_grad_norm") if g is not None]
         out.append({
             "variant": name, **{k: first[k] for k in COLUMNS[1:7]},
@@ -213,14 +120,14 @@ def group_variants(rows: list[dict]) -> list[dict]:
             "loss_spikes": " ".join(str(x) for x in spikes) if len(set(spikes)) > 1 else
                            (spikes[0] if spikes else None),
             "best_eval_loss_mean": best_mean, "best_eval_loss_std": best_std,
-            "eval_loss_train_mode": _mean_std(col("final_eval_loss_train_mode"))[0],
-            "train_inference_gap": _mean_std(col("train_inference_gap"))[0],
+            "eval_loss_train_mode": mean(col("final_eval_loss_train_mode")),
+            "train_inference_gap": mean(col("train_inference_gap")),
             "diverged_steps": " ".join(str(d) for d in col("diverged_step") if d is not None),
             "max_grad_norm": max(grads) if grads else None,
-            "batch_invariance": _mean_std(col("batch_invariance"))[0],
-            "token_cosine_last": _mean_std(col("token_cosine_last"))[0],
-            "tokens_per_sec": _mean_std(col("tokens_per_sec"))[0],
-            "train_share": _mean_std(col("train_share"))[0],
+            "batch_invariance": mean(col("batch_invariance")),
+            "token_cosine_last": mean(col("token_cosine_last")),
+            "tokens_per_sec": mean(col("tokens_per_sec")),
+            "train_share": mean(col("train_share")),
         })
     return out
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import platform
 import socket
-import subprocess
 import sys
 import time
 from importlib import metadata
@@ -15,10 +13,14 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from trainer.atomic import write_atomic
+from trainer.atomic import read_json, write_atomic, write_json
 from trainer.config import ConfigError, to_yaml
 from trainer.machine import machine_identity
-from trainer.faults import writing
+from trainer.provenance import git_dirty, git_sha
+
+# read_json/write_json live in trainer.atomic; the training loop and bench import them from here.
+__all__ = ["PACKAGES", "LOCK_RETRY_S", "RunDirError", "RunBusyError", "collect_meta",
+           "inspect_run_dir", "is_locked", "read_json", "run_lock", "write_json"]
 
 PACKAGES = ("tensorflow", "keras", "tensorboard", "datasets", "tokenizers", "gensim", "omegaconf",
             "numpy")
@@ -35,19 +37,6 @@ class RunBusyError(RunDirError):
 # How long run_lock retries a held lock before refusing: a sweep's probe (is_locked) holds it
 # for microseconds and must never make a real run be refused.
 LOCK_RETRY_S = 1.0
-
-
-def write_json(path: Path, obj: dict) -> None:
-    """Write ``obj`` as JSON atomically; an I/O failure is a one-line ``RunIOError``."""
-    with writing(Path(path).name, path):
-        write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-
-
-def read_json(path: Path) -> dict:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
 
 
 def inspect_run_dir(run_dir: Path, cfg) -> str:
@@ -114,15 +103,6 @@ def is_locked(run_dir: Path) -> bool:
         return False
 
 
-def _git(*args: str) -> str:
-    here = Path(__file__).resolve().parent
-    try:
-        return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 def collect_meta(cfg, argv: list[str], data_info: dict) -> dict:
     """Everything needed to tell where a run came from and to rerun it."""
     versions = {}
@@ -132,8 +112,8 @@ def collect_meta(cfg, argv: list[str], data_info: dict) -> dict:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return {
-        "git_sha": _git("rev-parse", "HEAD") or None,
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "git_sha": git_sha(),
+        "git_dirty": git_dirty(),
         "packages": versions,
         "python": sys.version.split()[0],
         "command": argv,
