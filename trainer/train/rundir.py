@@ -10,19 +10,14 @@ import socket
 import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from trainer.atomic import write_atomic
 from trainer.config import ConfigError, to_yaml
-from trainer.machine import machine_identity
+from trainer.machine import machine_identity, versions
 from trainer.faults import writing
-
-PACKAGES = ("tensorflow", "keras", "tensorboard", "datasets", "tokenizers", "gensim", "omegaconf",
-            "numpy")
-
 
 class RunDirError(ConfigError):
     """The run directory cannot be used as asked (different config, unwritable, ...)."""
@@ -125,16 +120,10 @@ def _git(*args: str) -> str:
 
 def collect_meta(cfg, argv: list[str], data_info: dict) -> dict:
     """Everything needed to tell where a run came from and to rerun it."""
-    versions = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
     return {
         "git_sha": _git("rev-parse", "HEAD") or None,
         "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-        "packages": versions,
+        "packages": versions(),
         "python": sys.version.split()[0],
         "command": argv,
         "seed": cfg.train.seed,
