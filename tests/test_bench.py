@@ -1,4 +1,5 @@
-"""``python -m trainer bench`` and ``python -m trainer.bench data``: well-formed reports (no timing asserts)."""
+"""``python -m trainer bench [data|report]``: well-formed reports (no timing asserts), flags,
+the interleaved telemetry median, and README's table against the committed JSON."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.bench import _bench_options, batch_model_flops
-from trainer.config import ConfigError
+from trainer.bench import report
+from trainer.bench.flops import batch_model_flops, matmul_params
+from trainer.bench.throughput import median_overhead
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ("throughput_vs_pad_to_max", "compilations", "pad_fraction", "telemetry_overhead", "mfu",
            "peak_rss")
+CPU_JSON = ROOT / "results" / "bench" / "cpu.json"
 
 
 def _run(args: list[str], timeout: int = 240) -> subprocess.CompletedProcess:
@@ -36,18 +40,20 @@ def test_bench_cli_writes_wellformed_json(tmp_path, tiny):
     # tracing counts are the same with and without XLA.
     out = tmp_path / "b.json"
     overrides = [o for o in tiny if o.startswith(("model.", "data."))]
-    res = _run(["-m", "trainer", "bench", "--out", str(out), "--steps", "3", *overrides,
-                "bench.profile=false", "bench.matmul_n=256", "runtime.xla=false"])
+    res = _run(["-m", "trainer", "bench", "--out", str(out), "--steps", "3", "--pairs", "2",
+                "--no-profile", "--matmul-sizes", "128,256", *overrides, "runtime.xla=false"])
     assert res.returncode == 0, res.stderr[-3000:]
     assert "targets:" in res.stdout
     r = json.loads(out.read_text())
-    for key in ("config", "device", "versions", "throughput", "pad_fraction", "step_time_s",
+    for key in ("config", "machine", "throughput", "pad_fraction", "step_time_s",
                 "per_shape_step_time_s", "compile_count", "telemetry_overhead", "flops",
                 "matmul_peak", "mfu", "peak_rss_bytes", "targets", "eval"):
         assert key in r, key
     assert r["config"]["model"]["dim"] == 32 and r["config"]["data"]["buckets"] == [16, 32]
-    assert r["device"]["cpu_count"] >= 1 and r["device"]["tf_devices"]
-    assert r["versions"]["tensorflow"]
+    m = r["machine"]
+    assert m["usable_cores"] >= 1 and m["cpu_model"] and m["tf_devices"]
+    assert m["versions"]["tensorflow"] and m["versions"]["keras"]
+    assert r["command"]["line"].startswith("python -m trainer bench --out ")
     t = r["throughput"]
     for k in ("real_tokens_per_sec", "padded_tokens_per_sec", "pad_to_max_real_tokens_per_sec",
               "bucketed_over_pad_to_max"):
@@ -56,7 +62,7 @@ def test_bench_cli_writes_wellformed_json(tmp_path, tiny):
     assert 0 <= r["pad_fraction"] < 1
     st = r["step_time_s"]
     assert _finite_positive(st["median"]) and st["p10"] <= st["median"] <= st["p90"]
-    assert st["n"] == 3
+    assert st["n"] == t["steps_timed"] == 4  # 2 pairs of ceil(3 / 2) steps each
     assert r["per_shape_step_time_s"] and all(k.count("x") == 1 for k in r["per_shape_step_time_s"])
     cc = r["compile_count"]
     for k in ("train", "train_telemetry_off", "eval", "total", "bound"):
@@ -65,12 +71,19 @@ def test_bench_cli_writes_wellformed_json(tmp_path, tiny):
     assert shared == 1 and cc["bound"] == 2 + cc["eval_shapes"] + shared
     assert cc["train"] == 2 + shared and 1 <= cc["eval"] <= cc["eval_shapes"]
     assert cc["total"] <= cc["bound"] and cc["pad_to_max_train"] == 1 + shared
-    assert math.isfinite(r["telemetry_overhead"]["overhead_every_step"])
-    assert "definition" in r["telemetry_overhead"]
+    tel = r["telemetry_overhead"]
+    assert len(tel["pairs"]) == 2 and "definition" in tel
+    for p in tel["pairs"]:  # every pair kept; the two halves timed the same stream steps
+        assert _finite_positive(p["on_s"]) and _finite_positive(p["off_s"])
+        assert p["steps"][1] - p["steps"][0] == 2
+    ratios = [p["on_s"] / p["off_s"] for p in tel["pairs"]]
+    assert tel["overhead_every_step"] == pytest.approx(statistics.median(ratios) - 1)
     f = r["flops"]
     assert _finite_positive(f["flops_per_token"]) and "6" in f["formula"]
     assert f["matmul_params"] < f["num_params"]  # embeddings and norms are not matmul params
-    assert _finite_positive(r["matmul_peak"]["gflops_best"])
+    mp = r["matmul_peak"]
+    assert [s["n"] for s in mp["sizes"]] == [128, 256]
+    assert mp["gflops_best"] == max(s["gflops_best"] for s in mp["sizes"]) > 0
     assert _finite_positive(r["mfu"])
     assert _finite_positive(r["peak_rss_bytes"])
     run = r["train_run"]  # the peak RSS is a real training run's, which met every shape
@@ -81,21 +94,92 @@ def test_bench_cli_writes_wellformed_json(tmp_path, tiny):
         assert {"measured", "target", "pass"} <= set(tg), name
         assert isinstance(tg["pass"], bool) and math.isfinite(tg["measured"]), name
     assert r["targets"]["compilations"]["pass"]
+    table = report.markdown(r)  # a fresh report renders (every row, one per target)
+    assert table.count("\n| ") == 1 + len(TARGETS)
 
 
-def test_bench_bad_option_is_one_line_error(tmp_path):
-    res = _run(["-m", "trainer", "bench", "--out", str(tmp_path / "b.json"), "bench.nope=1"],
-               timeout=120)
+@pytest.mark.parametrize("argv", [
+    ["--pairs", "0"], ["--steps", "many"], ["--matmul-sizes", "1024,0"], ["--matmul-sizes", ""],
+    ["--no-such-flag"], ["bench.profile=false"], ["data", "--mb", "-5"],
+    ["data", "--vocab-size", "x"], ["report"]])
+def test_bench_bad_flags_are_one_line_errors(tmp_path, argv):
+    out = tmp_path / "b.json"
+    res = _run(["-m", "trainer", "bench", *argv, "--out", str(out)] if argv[0] != "report"
+               else ["-m", "trainer", "bench", *argv], timeout=120)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: python -m trainer bench"), lines
+    assert not out.exists()
+
+
+def test_python_m_trainer_bench_is_the_same_cli():
+    res = _run(["-m", "trainer.bench", "data", "--mb", "0"], timeout=120)
     assert res.returncode == 2
-    assert "unknown bench option" in res.stderr and "Traceback" not in res.stderr
-    assert not (tmp_path / "b.json").exists()
+    assert res.stderr.startswith("error: python -m trainer bench data: argument --mb")
 
 
-def test_bench_options_split():
-    opts, rest = _bench_options(["model.dim=8", "bench.profile=false", "bench.matmul_n=64"])
-    assert rest == ["model.dim=8"] and opts["profile"] is False and opts["matmul_n"] == 64
-    with pytest.raises(ConfigError):
-        _bench_options(["bench.profile=maybe"])
+def test_bench_report_of_a_missing_file_is_one_line(tmp_path):
+    res = _run(["-m", "trainer", "bench", "report", str(tmp_path / "none.json")], timeout=120)
+    assert res.returncode == 2 and res.stderr.startswith("error: not a bench report")
+    assert "Traceback" not in res.stderr
+
+
+def test_overhead_is_the_median_of_per_pair_ratios():
+    # Machine speed drifts by 10x across the pairs; each pair's own ratio is 1 + x.
+    xs = [0.03, -0.01, 0.50, 0.02, 0.04]  # one noisy pair (0.50); median 0.03
+    drift = [1.0, 3.0, 10.0, 0.5, 2.0]  # the noisy pair ran on the slowest stretch
+    pairs = [{"on_s": d * (1 + x), "off_s": d} for x, d in zip(xs, drift)]
+    assert median_overhead(pairs) == pytest.approx(0.03)
+    # Ratio of totals (the old method) is pulled by where the drift fell: not 0.03.
+    totals = sum(p["on_s"] for p in pairs) / sum(p["off_s"] for p in pairs) - 1
+    assert abs(totals - 0.03) > 0.01
+    # Even count: the mean of the two middle ratios.
+    assert median_overhead([{"on_s": 1.1, "off_s": 1.0}, {"on_s": 2.6, "off_s": 2.0}]) \
+        == pytest.approx(0.2)
+    with pytest.raises(ValueError):
+        median_overhead([])
+
+
+def test_readme_table_is_generated_from_the_committed_json():
+    r = json.loads(CPU_JSON.read_text())
+    block = report.readme_block((ROOT / "README.md").read_text(encoding="utf-8"), "cpu")
+    assert block is not None, "README lacks the <!-- bench:cpu --> ... <!-- /bench --> block"
+    assert block == report.markdown(r), ("README's table drifted from results/bench/cpu.json: "
+                                         "python -m trainer bench report results/bench/cpu.json "
+                                         "--readme README.md")
+    assert set(r["targets"]) == set(TARGETS)
+
+
+def test_report_command_prints_the_table_and_rewrites_a_block(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- bench:cpu -->\nstale\n<!-- /bench -->\nafter\n")
+    res = _run(["-m", "trainer", "bench", "report", str(CPU_JSON), "--readme", str(readme)])
+    assert res.returncode == 0, res.stderr
+    table = report.markdown(json.loads(CPU_JSON.read_text()))
+    assert res.stdout == table
+    assert readme.read_text() == f"intro\n<!-- bench:cpu -->\n{table}<!-- /bench -->\nafter\n"
+
+
+def test_markdown_marks_a_failed_target():
+    r = json.loads(CPU_JSON.read_text())
+    failing = {**r, "targets": {k: {**v, "pass": k != "mfu"} for k, v in r["targets"].items()}}
+    rows = [ln for ln in report.markdown(failing).splitlines() if ln.startswith("| ")][1:]
+    assert len(rows) == len(TARGETS)
+    assert [ln.split(" | ")[0] for ln in rows if "FAIL" in ln] == ["| model-FLOPs utilisation"]
+
+
+def test_versions_and_peak_rss_helpers():
+    import tensorflow as tf
+
+    from trainer.machine import peak_rss_mb, versions
+
+    v = versions(("tensorflow", "surely-not-installed-pkg"))
+    assert v == {"tensorflow": tf.__version__, "surely-not-installed-pkg": None}
+    import psutil
+
+    ballast = np.ones(1 << 26, np.float32)  # 256 MiB touched, resident now
+    now = psutil.Process().memory_info().rss / 2**20
+    assert now - 1 <= peak_rss_mb() < 64 * 1024, ballast.nbytes  # MiB, at least today's RSS
 
 
 def _xla_dot_flops(hlo: str) -> int:
@@ -117,7 +201,6 @@ def test_model_flops_match_the_matmuls_xla_compiles():
     counts the causal half, PaLM's MFU convention)."""
     import tensorflow as tf
 
-    from trainer.bench import matmul_params
     from trainer.config import load_config
     from trainer.models import build_model
 
@@ -151,7 +234,7 @@ def test_model_flops_count_real_tokens_only():
 
 def test_bench_data_streaming_small(tmp_path):
     out = tmp_path / "d.json"
-    res = _run(["-m", "trainer.bench", "data", "--mb", "1", "--vocab-size", "512", "--out", str(out),
+    res = _run(["-m", "trainer", "bench", "data", "--mb", "1", "--vocab-size", "512", "--out", str(out),
                 "--workdir", str(tmp_path)])
     assert res.returncode == 0, res.stderr[-3000:]
     r = json.loads(out.read_text())
@@ -167,11 +250,12 @@ def test_bench_data_streaming_small(tmp_path):
 def test_run_rss_is_the_runs_own_not_the_bench_process(tiny, monkeypatch):
     """A child forked from a big process inherits its RSS high-water mark across exec; the
     measured training run must report its own peak, not this process's."""
-    from trainer.bench import measure_run_rss, peak_rss_bytes
+    from trainer.bench.memory import measure_run_rss
+    from trainer.machine import peak_rss_mb
 
     monkeypatch.chdir(ROOT)
     ballast = np.ones(1 << 28, np.float32)  # 1 GiB resident here, far above a tiny run
     overrides = [o for o in tiny if not o.startswith("train.steps")] + ["runtime.xla=false"]
     run = measure_run_rss("configs/base.yaml", overrides, steps=3)
-    assert 0 < run["peak_rss_bytes"] < peak_rss_bytes() - 256 * 2**20, ballast.nbytes
+    assert 0 < run["peak_rss_bytes"] < peak_rss_mb() * 2**20 - 256 * 2**20, ballast.nbytes
     assert run["steps"] == 3 and run["command"][:4] == ["python", "-m", "trainer", "train"]

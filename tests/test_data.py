@@ -218,6 +218,16 @@ def test_stats_and_pad_fraction(corpus):
     assert 0 < st["pad_fraction"] < 0.25
 
 
+def test_window_lengths_match_the_windows(corpus):
+    for split in ("train", "validation"):
+        lengths = corpus.window_lengths(split)
+        windows = corpus.windows(split)  # each window holds its n inputs plus the last target
+        assert lengths.tolist() == [len(w) - 1 for w in windows]
+        assert 1 <= lengths.min() and lengths.max() <= corpus.max_len
+    lengths[:] = 0  # a copy: the corpus is unchanged
+    assert corpus.window_lengths("validation").min() >= 1
+
+
 def test_windows_split_long_sequences():
     offsets = np.array([0, 2, 3, 13, 22])  # examples of 2, 1, 10, 9 ids
     starts, lengths = make_windows(offsets, 4)

@@ -69,16 +69,20 @@ def _parser() -> argparse.ArgumentParser:
     board.add_argument("--port", type=int, default=6006, help="0: any free port")
     board.add_argument("--host", default="localhost", help="0.0.0.0 to serve other machines")
 
-    bench = sub.add_parser("bench", help="performance report as JSON")
-    bench.add_argument("--config", default="configs/bench.yaml", help="experiment YAML")
-    bench.add_argument("--out", default="bench.json", help="JSON report path")
-    bench.add_argument("--steps", type=int, default=30, help="timed steps per measurement")
-    bench.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.dim=256")
+    # Listed here for --help; ``bench ...`` is parsed by trainer/bench/cli.py (see main).
+    sub.add_parser("bench", help="performance report as JSON; `bench data`, `bench report` "
+                   "(bench --help)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # its own parser: subcommands beside positional overrides
+        from trainer.bench.cli import parse_args as bench_args
+
+        args = bench_args(argv[1:])
+    else:
+        args = _parser().parse_args(argv)
     if args.command in ("train", "reproduce", "worker"):  # before TensorFlow starts XLA
         from trainer import compile_cache
 
@@ -143,9 +147,9 @@ def main(argv: list[str] | None = None) -> int:
 
             return serve(Path(args.logdir), args.port, args.host)
         elif args.command == "bench":
-            from trainer.bench import bench
+            from trainer.bench.cli import run as run_bench
 
-            bench(args.config, args.overrides, Path(args.out), args.steps)
+            return run_bench(args)
     except Stopped as e:  # pre-empted after a checkpoint (a sweep: some variants were)
         print(e, file=sys.stderr)
         return EXIT_STOPPED

@@ -12,8 +12,15 @@ from __future__ import annotations
 import os
 import platform
 import re
+import resource
+import sys
+from importlib import metadata
 
 import psutil
+
+# Packages whose versions a run directory (meta.json) and a benchmark report record.
+PACKAGES = ("tensorflow", "keras", "tensorboard", "datasets", "tokenizers", "gensim", "omegaconf",
+            "numpy")
 
 # Instruction sets that change which kernels oneDNN/XLA/Eigen generate (and so the rounding).
 _ISA = re.compile(r"^(avx|avx2|fma|avx512.*|avx_vnni|amx.*)$")
@@ -84,3 +91,20 @@ def _accelerator(tf, device) -> str:
     cc = details.get("compute_capability")
     return f"{device.device_type}: {name}" + (f" (compute capability {cc[0]}.{cc[1]})"
                                               if cc else "")
+
+
+def versions(packages: tuple[str, ...] = PACKAGES) -> dict:
+    """Installed version of each package (None where it is not installed)."""
+    out = {}
+    for name in packages:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process in MiB (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r / 2**20 if sys.platform == "darwin" else r / 1024

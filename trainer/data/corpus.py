@@ -65,6 +65,10 @@ class Corpus:
         counts = np.bincount(bucket_of, minlength=len(self.buckets))
         return int(sum(-(-c // s) for c, s in zip(counts, self.batch_sizes)))
 
+    def window_lengths(self, split: str = "train") -> np.ndarray:
+        """Every window's real length (tokens it predicts), in example order (a copy)."""
+        return self._windows[split][1].copy()
+
     def windows(self, split: str = "train") -> list[np.ndarray]:
         """Every window's n+1 ids (inputs plus final target), in example order."""
         flat = self._ids[split][0]

@@ -9,7 +9,6 @@ each step trains, logs, maybe evaluates (``Evaluator``) and maybe checkpoints; `
 from __future__ import annotations
 
 import math
-import resource
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from tqdm.auto import tqdm
 from trainer import compile_cache
 from trainer.data import prepare
 from trainer.faults import Stopped
+from trainer.machine import peak_rss_mb
 from trainer.models import BATCH_NORMS, build_model
 from trainer.memory import keep_large_blocks, release_free_memory
 from trainer.telemetry.precise_bn import BATCHES as PRECISE_BN_BATCHES, population_statistics
@@ -340,7 +340,7 @@ def _summary(t, diverged_step, run: Run, evaluator: Evaluator, running: RunningV
         "pad_fraction": stats["pad_fraction"],
         "compile_count": run.compile_count(),
         "num_params": int(run.model.count_params()),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss_mb(),
         "end_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "time": timings.summary(),  # seconds by phase and train_share (train/timing.py)
     }

@@ -8,23 +8,18 @@ import platform
 import socket
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from trainer.atomic import read_json, write_atomic, write_json
 from trainer.config import ConfigError, to_yaml
-from trainer.machine import machine_identity
+from trainer.machine import machine_identity, versions
 from trainer.provenance import git_dirty, git_sha
 
-# read_json/write_json live in trainer.atomic; the training loop and bench import them from here.
-__all__ = ["PACKAGES", "LOCK_RETRY_S", "RunDirError", "RunBusyError", "collect_meta",
+# read_json/write_json live in trainer.atomic; the training loop imports them from here.
+__all__ = ["LOCK_RETRY_S", "RunDirError", "RunBusyError", "collect_meta",
            "inspect_run_dir", "is_locked", "read_json", "run_lock", "write_json"]
-
-PACKAGES = ("tensorflow", "keras", "tensorboard", "datasets", "tokenizers", "gensim", "omegaconf",
-            "numpy")
-
 
 class RunDirError(ConfigError):
     """The run directory cannot be used as asked (different config, unwritable, ...)."""
@@ -105,16 +100,10 @@ def is_locked(run_dir: Path) -> bool:
 
 def collect_meta(cfg, argv: list[str], data_info: dict) -> dict:
     """Everything needed to tell where a run came from and to rerun it."""
-    versions = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
     return {
         "git_sha": git_sha(),
         "git_dirty": git_dirty(),
-        "packages": versions,
+        "packages": versions(),
         "python": sys.version.split()[0],
         "command": argv,
         "seed": cfg.train.seed,

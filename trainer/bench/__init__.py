@@ -1,0 +1,7 @@
+"""``python -m trainer bench``: the performance benchmark (README "Performance").
+
+Modules: ``cli`` (arguments), ``runner`` (the report of one config), ``throughput`` (train-step
+tokens/s, telemetry on/off interleaved, pad-to-max), ``flops`` (model FLOPs, matmul peak),
+``profile`` (forward/backward/update of one shape), ``memory`` (peak RSS of a child training
+run), ``data`` (``bench data``: data preparation), ``report`` (targets, text, README table).
+"""

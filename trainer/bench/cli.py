@@ -1,0 +1,131 @@
+"""Arguments of ``python -m trainer bench [data|report]`` (argparse only: imported before TF)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+ACTIONS = ("data", "report")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad flags are one line (``error: PROG: ...``) and exit 2, like the project's other errors."""
+
+    def error(self, message):
+        self.exit(2, f"error: {self.prog}: {message}\n")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got '{text}'")
+    return value
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        return [_positive(s) for s in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be positive integers separated by commas, e.g. 1024,2048,3072; got '{text}'"
+        ) from None
+
+
+def _run_parser() -> _Parser:
+    p = _Parser(prog="python -m trainer bench", description="Performance report of one config "
+                "as JSON (README 'Performance'). Also: `bench data --help`, `bench report --help`.")
+    p.add_argument("--config", default="configs/bench.yaml", help="experiment YAML")
+    p.add_argument("--out", default="bench.json", help="JSON report path")
+    p.add_argument("--steps", type=_positive, default=30,
+                   help="timed steps per measurement (telemetry on, off, pad-to-max)")
+    p.add_argument("--pairs", type=_positive, default=5,
+                   help="interleaved telemetry on/off pairs the steps are split into")
+    p.add_argument("--matmul-sizes", type=_sizes, default=[1024, 2048, 3072], metavar="N,N,...",
+                   help="fp32 matmul sizes for the peak (the best counts)")
+    p.add_argument("--no-profile", dest="profile", action="store_false",
+                   help="skip the forward/backward profile of one shape")
+    p.add_argument("--no-pad-to-max", dest="pad_to_max", action="store_false",
+                   help="skip the pad-to-max run (its ratio then reads 1, marked skipped)")
+    p.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. model.dim=256")
+    return p
+
+
+def _data_parser() -> _Parser:
+    p = _Parser(prog="python -m trainer bench data",
+                description="Data-preparation check: tokenise a generated text file in a child "
+                            "process (cold, then warm cache) and report peak RSS and time.")
+    p.add_argument("--mb", type=_positive, default=200, help="size of the generated text file")
+    p.add_argument("--vocab-size", type=_positive, default=8192)
+    p.add_argument("--out", default="bench_data.json", help="JSON report path")
+    p.add_argument("--workdir", default=None, help="where the temp file and cache go")
+    return p
+
+
+def _report_parser() -> _Parser:
+    p = _Parser(prog="python -m trainer bench report",
+                description="Print README's performance table (Markdown) of a bench JSON.")
+    p.add_argument("json", help="a bench report, e.g. results/bench/cpu.json")
+    p.add_argument("--readme", metavar="PATH", help="also rewrite PATH's block between "
+                   "'<!-- bench:NAME -->' and '<!-- /bench -->', NAME the JSON's stem")
+    return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """``bench`` arguments (after the word ``bench``); ``command`` is "bench", ``action`` one
+    of run, data, report."""
+    action = argv[0] if argv[:1] and argv[0] in ACTIONS else "run"
+    rest = argv[1:] if action != "run" else argv
+    parser = {"run": _run_parser, "data": _data_parser, "report": _report_parser}[action]()
+    args = parser.parse_args(rest)
+    args.command, args.action = "bench", action
+    if action == "run":
+        old = [o for o in args.overrides if o.startswith("bench.")]
+        if old:
+            parser.error(f"'{old[0]}': bench options are flags now (--no-profile, "
+                         "--no-pad-to-max, --matmul-sizes N,N,...)")
+        args.command_record = {"config_path": args.config, "overrides": list(args.overrides),
+                               "steps": args.steps, "pairs": args.pairs,
+                               "line": shlex.join(["python", "-m", "trainer", "bench", *argv])}
+    return args
+
+
+def run(args: argparse.Namespace) -> int:
+    """Carry out parsed ``bench`` arguments (errors are the caller's to print)."""
+    from pathlib import Path
+
+    if args.action == "data":
+        from trainer.bench.data import bench_data
+
+        bench_data(args.mb, Path(args.out), args.vocab_size, args.workdir)
+    elif args.action == "report":
+        _report(Path(args.json), args.readme)
+    else:
+        from trainer.bench.runner import bench
+
+        bench(args)
+    return 0
+
+
+def _report(path, readme: str | None) -> None:
+    from pathlib import Path
+
+    from trainer.bench import report
+    from trainer.config import ConfigError
+    from trainer.train.rundir import read_json
+
+    r = read_json(path)
+    if not r:
+        raise ConfigError(f"not a bench report (missing or not JSON): {path}")
+    table = report.markdown(r)
+    sys.stdout.write(table)
+    if readme:
+        text = Path(readme).read_text(encoding="utf-8")
+        try:
+            Path(readme).write_text(report.replace_block(text, path.stem, table), encoding="utf-8")
+        except ValueError as e:
+            raise ConfigError(f"{readme}: {e}") from None
+        print(f"updated {readme} (block bench:{path.stem})", file=sys.stderr)
