@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("overrides", nargs="*", help="dotted overrides applied to every variant")
 
     worker = sub.add_parser("worker", help="run commands read from stdin, one JSON list of "
-                            "arguments per line (what sweep's worker processes run)")
+                            "arguments per line, each in a forked child (sweep's workers)")
     worker.add_argument("result_fd", type=int, help="file descriptor the exit codes go to")
 
     summ = sub.add_parser("summarize", help="tables and plots from a results directory")
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         args = bench_args(argv[1:])
     else:
         args = _parser().parse_args(argv)
-    if args.command in ("train", "reproduce", "worker"):  # before TensorFlow starts XLA
+    if args.command in ("train", "reproduce"):  # before TensorFlow starts XLA
         from trainer import compile_cache
 
         compile_cache.enable()

@@ -60,6 +60,10 @@ def enable() -> Path | None:
     full disk costs compile time, never the run)."""
     if _state:
         return _state["store"]
+    # A parent's cache flags (inherited environment) give way to this process's own choice.
+    kept = [f for f in os.environ.get("TF_XLA_FLAGS", "").split()
+            if not f.startswith("--tf_xla_persistent_cache")]
+    os.environ["TF_XLA_FLAGS"] = " ".join(kept)
     store = store_dir()
     if store is None:
         return None
@@ -73,9 +77,6 @@ def enable() -> Path | None:
             offered.add(entry.name)
     except OSError:
         return None
-    # A parent's cache flags (inherited environment) give way to this process's own.
-    kept = [f for f in os.environ.get("TF_XLA_FLAGS", "").split()
-            if not f.startswith("--tf_xla_persistent_cache")]
     os.environ["TF_XLA_FLAGS"] = " ".join(
         [*kept, f"--tf_xla_persistent_cache_directory={staging}",
          "--tf_xla_persistent_cache_device_types=CPU,XLA_CPU,GPU,XLA_GPU,TPU"])

@@ -6,8 +6,8 @@ because another live process holds its run directory ("running elsewhere"), anyt
 failed. Two sweeps (or a relaunch after a timeout) may share a results directory: each runs
 what nobody else is running and waits for the rest.
 
-Locally, ``--parallel N`` keeps N worker processes (``python -m trainer worker``) that run
-the commands one after another in-process, so interpreter and TensorFlow start-up are paid N
+Locally, ``--parallel N`` keeps N worker processes (``python -m trainer worker``) that import
+TensorFlow once and fork a child per command, so interpreter and import start-up are paid N
 times, not once per variant; ``reuse=False`` starts one process per command instead. A run
 gives the same numbers either way (tests/test_sweep.py).
 """
@@ -142,30 +142,56 @@ class Worker:
 
 
 def serve_worker(result_fd: int) -> int:
-    """The worker's side: run each command read from stdin with the CLI's ``main`` in this
-    process and write its exit code; an internal error fails that command only."""
-    import gc
+    """The worker's side, a fork server: TensorFlow, Keras and the trainer are imported once
+    (nothing run: TF's runtime and XLA's flags start in each child), then each command read
+    from stdin runs in a forked child with the CLI's ``main``, and its exit code is written
+    back. Every run thus starts from the same fresh state as its own process would (same
+    numbers, same XLA programs, so seeds share the compilation cache), and a crash or leak
+    stays in its child. SIGTERM/SIGINT are passed on to the running child."""
+    import importlib
 
-    from trainer.__main__ import main
+    importlib.import_module("trainer.train.loop")  # the imports every run needs, paid once
 
+    child = 0
+
+    def forward(signum, frame):
+        if child:
+            os.kill(child, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
     with os.fdopen(result_fd, "w") as results:
         for line in sys.stdin:
-            try:
-                rc = main(json.loads(line))
-            except SystemExit as e:  # argparse errors
-                rc = e.code if isinstance(e.code, int) else 2
-            except Exception:  # an internal failure: its traceback, then the next command
-                traceback.print_exc()
-                rc = 1
             sys.stdout.flush()
             sys.stderr.flush()
-            results.write(json.dumps({"rc": rc or 0}) + "\n")
+            child = os.fork()
+            if child == 0:
+                os._exit(_child(json.loads(line)))
+            rc = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+            child = 0
+            results.write(json.dumps({"rc": rc}) + "\n")
             results.flush()
-            import keras
-
-            keras.backend.clear_session()  # the finished run's model and programs
-            gc.collect()
     return 0
+
+
+def _child(args: list[str]) -> int:
+    """One command in a forked worker child; returns its exit code (flushed, cache closed)."""
+    from trainer import compile_cache
+    from trainer.__main__ import main
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until the run installs its own handler
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        rc = main(args) or 0
+    except SystemExit as e:  # argparse errors
+        rc = e.code if isinstance(e.code, int) else 2
+    except BaseException:  # an internal failure: its traceback, and this command fails
+        traceback.print_exc()
+        rc = 1
+    compile_cache.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return rc
 
 
 def _wait_until_exited(pid: int, timeout_s: float) -> bool:

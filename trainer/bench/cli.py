@@ -6,7 +6,7 @@ import argparse
 import shlex
 import sys
 
-ACTIONS = ("data", "report")
+ACTIONS = ("data", "report", "sweep")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,7 +37,7 @@ def _sizes(text: str) -> list[int]:
 
 def _run_parser() -> _Parser:
     p = _Parser(prog="python -m trainer bench", description="Performance report of one config "
-                "as JSON (README 'Performance'). Also: `bench data --help`, `bench report --help`.")
+                "as JSON (README 'Performance'). Also: `bench data|report|sweep --help`.")
     p.add_argument("--config", default="configs/bench.yaml", help="experiment YAML")
     p.add_argument("--out", default="bench.json", help="JSON report path")
     p.add_argument("--steps", type=_positive, default=30,
@@ -74,12 +74,29 @@ def _report_parser() -> _Parser:
     return p
 
 
+def _sweep_parser() -> _Parser:
+    p = _Parser(prog="python -m trainer bench sweep",
+                description="Run a sweep spec the old way (one process per variant, no "
+                            "compilation cache) and the new way (worker processes, the cache "
+                            "cold, then warm); compare wall time, train share, compilations "
+                            "and whether every run's numbers agree.")
+    p.add_argument("spec", nargs="?", default="configs/sweeps/quick.yaml", help="sweep spec YAML")
+    p.add_argument("--parallel", type=_positive, default=2, help="variants run at once")
+    p.add_argument("--out", default="bench_sweep.json", help="JSON report path")
+    p.add_argument("--no-rerun", dest="rerun", action="store_false",
+                   help="skip the third pass on the warm cache")
+    p.add_argument("--workdir", default=None, help="where the temporary results go")
+    p.add_argument("overrides", nargs="*", help="dotted overrides applied to every variant")
+    return p
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """``bench`` arguments (after the word ``bench``); ``command`` is "bench", ``action`` one
     of run, data, report."""
     action = argv[0] if argv[:1] and argv[0] in ACTIONS else "run"
     rest = argv[1:] if action != "run" else argv
-    parser = {"run": _run_parser, "data": _data_parser, "report": _report_parser}[action]()
+    parser = {"run": _run_parser, "data": _data_parser, "report": _report_parser,
+              "sweep": _sweep_parser}[action]()
     args = parser.parse_args(rest)
     args.command, args.action = "bench", action
     if action == "run":
@@ -103,6 +120,11 @@ def run(args: argparse.Namespace) -> int:
         bench_data(args.mb, Path(args.out), args.vocab_size, args.workdir)
     elif args.action == "report":
         _report(Path(args.json), args.readme)
+    elif args.action == "sweep":
+        from trainer.bench.sweep import bench_sweep
+
+        bench_sweep(args.spec, args.parallel, Path(args.out), args.overrides, args.rerun,
+                    args.workdir)
     else:
         from trainer.bench.runner import bench
 

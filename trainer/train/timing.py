@@ -50,7 +50,8 @@ class Timings:
         out = {f"{k}_s": round(v, 3) for k, v in self.seconds.items()}
         out["wall_s"] = round(wall, 3)
         out["startup_s"] = round((self.first_step or time.time()) - self.process_start, 3)
-        out["train_share"] = round(self.seconds["train"] / wall, 4) if wall > 0 else None
+        # from the rounded numbers next to it, so the three agree as written
+        out["train_share"] = round(out["train_s"] / out["wall_s"], 4) if out["wall_s"] else None
         return out
 
 
