@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -30,3 +31,11 @@ def data_cache(tmp_path_factory):
 def tiny():
     """Overrides for a tiny model on the embedded corpus (a copy: tests may extend it)."""
     return list(TINY)
+
+
+def tiny_spec(path: Path, grid: str, more: str = "") -> Path:
+    """A sweep spec over configs/base.yaml with the TINY overrides; ``grid`` is its YAML body
+    (indented two spaces), ``more`` any further top-level YAML (seeds, exclude)."""
+    root = Path(__file__).resolve().parents[1]
+    path.write_text(f"base: {root / 'configs/base.yaml'}\noverrides: {TINY}\ngrid:\n{grid}{more}")
+    return path

@@ -9,16 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY
+from tests.conftest import tiny_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
 def test_bench_sweep_compares_paths_and_their_numbers(tmp_path):
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(f"base: {ROOT / 'configs/base.yaml'}\noverrides: {TINY}\n"
-                    "grid:\n  model.norm: [batch]\nseeds: [0, 1]\n")
+    spec = tiny_spec(tmp_path / "spec.yaml", "  model.norm: [batch]\n", "seeds: [0, 1]\n")
     out = tmp_path / "bench_sweep.json"
     proc = subprocess.run([sys.executable, "-m", "trainer", "bench", "sweep", str(spec),
                            "--parallel", "1", "--out", str(out), "--workdir", str(tmp_path)],

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY
+from tests.conftest import TINY, tiny_spec
 from trainer.config import load_config
 from trainer.faults import EXIT_BUSY, EXIT_IO, EXIT_STOPPED
 from trainer.results.events import read_scalars
@@ -279,10 +279,7 @@ def test_malformed_sweep_spec(tmp_path, text, fragment):
 
 
 def _spec(tmp_path: Path, norms: str) -> Path:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(f"base: {ROOT / 'configs/base.yaml'}\noverrides: {TINY}\n"
-                    f"grid:\n  model.norm: [{norms}]\n")
-    return spec
+    return tiny_spec(tmp_path / "spec.yaml", f"  model.norm: [{norms}]\n")
 
 
 def _trained_once(run: Path, steps: int) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import TINY
+from tests.conftest import tiny_spec
 from trainer.config import ConfigError, load_config
 from trainer.sweep import SweepSpec, expand_variants, load_spec
 
@@ -91,9 +91,7 @@ def test_reference_specs_still_resolve_to_the_committed_run_configs(sub):
 
 def _sweep(tmp_path, *args):
     tmp_path.mkdir(parents=True, exist_ok=True)
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(f"base: {ROOT / 'configs/base.yaml'}\noverrides: {TINY}\n"
-                    "grid:\n  model.norm: [layer, dyt]\n")
+    spec = tiny_spec(tmp_path / "spec.yaml", "  model.norm: [layer, dyt]\n")
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "trainer", "sweep", "--config", str(spec),
                            "--out", str(out), *args], cwd=ROOT, capture_output=True, text=True,

@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from tests.conftest import TINY
+from tests.conftest import TINY, tiny_spec
 from trainer.config import load_config
 from trainer.results.events import read_scalars
 from trainer.models.norms import make_norm
@@ -178,9 +178,8 @@ def test_mean_pairwise_cosine_against_brute_force():
 
 @pytest.mark.slow
 def test_sweep_hparams_table_has_one_session_per_run(tmp_path):
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(f"base: {ROOT / 'configs/base.yaml'}\noverrides: {TINY}\n"
-                    "grid:\n  model.norm: [layer, rms]\n  model.residual: [true, false]\n")
+    spec = tiny_spec(tmp_path / "spec.yaml",
+                     "  model.norm: [layer, rms]\n  model.residual: [true, false]\n")
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "trainer", "sweep", "--config", str(spec),
                            "--out", str(out), "--parallel", "2"], cwd=ROOT, capture_output=True,

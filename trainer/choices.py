@@ -54,21 +54,28 @@ class Choice(str, enum.Enum):
             raise ConfigError(cls.unknown(value, key)) from None
 
 
-class Norm(Choice):
-    """model.norm: keys of the norm registry, trainer.models.norms.NORMS."""
-    layer = enum.auto()
-    batch = enum.auto()
-    masked_batch = enum.auto()
-    sync_batch = enum.auto()
-    rms = enum.auto()
-    dyt = enum.auto()
-    none = enum.auto()
+def _choice(name: str, members: str, doc: str) -> type[Choice]:
+    """A ``Choice`` enum of the space-separated ``members`` (each its own value)."""
+    cls = Choice(name, members, module=__name__)
+    cls.__doc__ = doc
+    return cls
 
 
-class Placement(Choice):
-    """model.placement: pre: h = x + F(N(x)) (+ final norm); post: h = N(x + F(x))."""
-    pre = enum.auto()
-    post = enum.auto()
+Norm = _choice("Norm", "layer batch masked_batch sync_batch rms dyt none",
+               "model.norm: keys of the norm registry, trainer.models.norms.NORMS.")
+Placement = _choice("Placement", "pre post", "model.placement: pre: h = x + F(N(x)) (+ final "
+                    "norm); post: h = N(x + F(x)).")
+Init = _choice("Init", "normal xavier scaled",
+               "model.init: the schemes of trainer.models.block.kernel_init.")
+Source = _choice("Source", "embedded hub files",
+                 "data.source: keys of trainer.data.sources.LOADERS.")
+Format = _choice("Format", "auto text json parquet",
+                 "data.format: a local file format (a ``datasets`` builder name), or auto "
+                 "(resolved from the files' extensions by ``resolve``).")
+Strategy = _choice("Strategy", "auto default mirrored multi_worker tpu",
+                   "runtime.strategy: keys of trainer.train.strategy.STRATEGIES.")
+Decay = _choice("Decay", "cosine constant", "train.decay: the learning rate after warm-up "
+                "(trainer.train.loop.make_schedule).")
 
 
 class Residual(Choice):
@@ -82,41 +89,3 @@ class Residual(Choice):
     @classmethod
     def _missing_(cls, value):
         return cls.__members__.get(str(value).strip().lower())
-
-
-class Init(Choice):
-    """model.init: the schemes of trainer.models.block.kernel_init."""
-    normal = enum.auto()
-    xavier = enum.auto()
-    scaled = enum.auto()
-
-
-class Source(Choice):
-    """data.source: keys of trainer.data.sources.LOADERS."""
-    embedded = enum.auto()
-    hub = enum.auto()
-    files = enum.auto()
-
-
-class Format(Choice):
-    """data.format: a local file format (a ``datasets`` builder name), or auto (resolved from the
-    files' extensions by ``resolve``)."""
-    auto = enum.auto()
-    text = enum.auto()
-    json = enum.auto()
-    parquet = enum.auto()
-
-
-class Strategy(Choice):
-    """runtime.strategy: keys of trainer.train.strategy.STRATEGIES."""
-    auto = enum.auto()
-    default = enum.auto()
-    mirrored = enum.auto()
-    multi_worker = enum.auto()
-    tpu = enum.auto()
-
-
-class Decay(Choice):
-    """train.decay: the learning rate after warm-up (trainer.train.loop.make_schedule)."""
-    cosine = enum.auto()
-    constant = enum.auto()

@@ -11,8 +11,8 @@ process, with a fresh compilation cache:
   as when a sweep is rerun, resumed, extended by seeds or reproduced.
 
 For each: wall time, the share of the workers' time spent in train steps (sum of the runs'
-``time.train_s`` over wall time x processes at once), XLA programs compiled and loaded from the
-cache; and whether every run's numbers agree with the baseline's (every curve but the
+``time.train_s`` over wall time x processes at once), the runs' own time phases summed, XLA
+programs compiled and loaded from the cache; and whether every run's numbers agree with the baseline's (every curve but the
 wall-clock ``tokens_per_sec``, and the summary's results), to the last bit.
 """
 
@@ -52,7 +52,10 @@ def _path_report(out: Path, wall: float, parallel: int) -> dict:
     train = sum(r.summary["time"]["train_s"] for r in runs)
     xla = [r.summary["compile_count"]["xla"] for r in runs]
     shares = sorted(r.summary["time"]["train_share"] for r in runs)
+    phases = {k: round(sum(r.summary["time"][k] for r in runs), 2)
+              for k in ("wall_s", "startup_s", "data_s", "compile_s", "eval_s", "checkpoint_s")}
     return {"wall_s": round(wall, 2), "runs": len(runs), "train_s": round(train, 2),
+            "runs_sum": phases,  # each phase summed over the runs (process-seconds)
             "train_share": round(train / (wall * min(parallel, len(runs))), 4),
             "run_train_share": {"min": shares[0], "median": shares[len(shares) // 2]},
             "compiled": sum(x["compiled"] for x in xla), "loaded": sum(x["loaded"] for x in xla)}
