@@ -19,24 +19,24 @@ def test_bench_sweep_compares_paths_and_their_numbers(tmp_path):
     spec = tiny_spec(tmp_path / "spec.yaml", "  model.norm: [batch]\n", "seeds: [0, 1]\n")
     out = tmp_path / "bench_sweep.json"
     proc = subprocess.run([sys.executable, "-m", "trainer", "bench", "sweep", str(spec),
-                           "--parallel", "1", "--out", str(out), "--workdir", str(tmp_path)],
+                           "--parallel", "1", "--no-rerun", "--out", str(out), "--workdir", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     paths = json.loads(out.read_text())["paths"]
-    assert set(paths) == {"baseline", "workers", "rerun"}
-    base, workers, rerun = paths["baseline"], paths["workers"], paths["rerun"]
-    assert base["runs"] == workers["runs"] == rerun["runs"] == 2
+    assert set(paths) == {"baseline", "workers"}  # "rerun" too without --no-rerun
+    base, workers = paths["baseline"], paths["workers"]
+    assert base["runs"] == workers["runs"] == 2
     # The old path compiles every program in every run; the workers' second seed loads the
-    # first seed's programs (same shapes, same network); the rerun loads everything.
+    # first seed's programs (same shapes, same network), with a fresh cache.
     assert base["loaded"] == 0 and base["compiled"] > 0
     total = base["compiled"]
     assert workers["compiled"] + workers["loaded"] == total
     assert 0 < workers["loaded"] and workers["compiled"] == total // 2
-    assert rerun["compiled"] == 0 and rerun["loaded"] == total
-    assert workers["identical_to_baseline"] and rerun["identical_to_baseline"], \
-        (workers["differences"], rerun["differences"])
+    # A variant run by a worker's forked child (after another, cache on) gives the numbers of
+    # its own process without the cache: every curve but tokens/s, every result, bit for bit.
+    assert workers["identical_to_baseline"], workers["differences"]
     assert all(0 < p["train_share"] < 1 for p in paths.values())
-    assert "rerun" in proc.stdout and "identical" in proc.stdout
+    assert "workers" in proc.stdout and "identical" in proc.stdout
 
 
 def test_bench_sweep_refuses_a_missing_spec(tmp_path):

@@ -64,13 +64,6 @@ def test_compile_count_is_what_xla_compiled_and_the_cache_serves_the_rest(tmp_pa
     assert third["final_eval_loss"] == first["final_eval_loss"]
 
 
-def test_cache_off_compiles_everything(tmp_path):
-    summary, dumped = _train(tmp_path, "off", Path("off"), ["train.steps=3", "train.eval_every=3"])
-    xla = summary["compile_count"]["xla"]
-    assert not xla["cache"] and xla["loaded"] == 0
-    assert dumped == xla["compiled"] == _traced(summary)
-
-
 def test_second_epoch_adds_no_compilation(tmp_path):
     """Every bucket shape is compiled within the first epoch; the second compiles nothing."""
     import trainer

@@ -111,19 +111,3 @@ def test_submitit_local_launcher_then_rerun_skips_finished(tmp_path):
     assert {r: (out / r / "summary.json").stat().st_mtime_ns for r in runs} == stamps
     assert "norm=dyt" in proc.stdout  # the table is printed again
 
-
-def test_worker_processes_give_the_same_runs_as_one_process_per_variant(tmp_path, monkeypatch):
-    """A worker runs the second variant after the first in the same process (Keras and
-    TensorFlow state carried over): its numbers must be those of a fresh process."""
-    from trainer.results.events import read_scalars
-
-    monkeypatch.setenv("NORMLAB_XLA_CACHE", "off")  # compiled here both ways
-    reused, _ = _sweep(tmp_path / "reused", "--parallel", "1")
-    fresh, _ = _sweep(tmp_path / "fresh", "--no-reuse")
-    for run in ("norm=layer", "norm=dyt"):
-        a, b = read_scalars(reused / run / "train"), read_scalars(fresh / run / "train")
-        assert a.keys() == b.keys() and "loss" in a
-        for tag in set(a) - {"tokens_per_sec"}:  # a wall-clock rate: the only tag that differs
-            assert [v for _, v in a[tag]] == [v for _, v in b[tag]], (run, tag)
-        ea, eb = read_scalars(reused / run / "eval"), read_scalars(fresh / run / "eval")
-        assert ea["loss"] == eb["loss"], run
