@@ -111,3 +111,28 @@ def test_submitit_local_launcher_then_rerun_skips_finished(tmp_path):
     assert {r: (out / r / "summary.json").stat().st_mtime_ns for r in runs} == stamps
     assert "norm=dyt" in proc.stdout  # the table is printed again
 
+
+
+def test_worker_runs_each_command_in_its_own_child(tmp_path):
+    """A failing command fails alone: the worker answers its exit code and runs the next one
+    in a fresh child (its own pid), which trains."""
+    import json
+
+    from tests.conftest import TINY
+    from trainer.launch import Worker
+    from trainer.train.preempt import stop_requests
+
+    worker = Worker()
+    try:
+        with stop_requests() as stop:
+            bad = worker.run(["train", "--workdir", str(tmp_path / "bad"), "model.norm=bogus"],
+                             stop)
+            good = worker.run(["train", "--workdir", str(tmp_path / "good"), "--quiet", *TINY,
+                               "train.steps=3", "train.eval_every=3"], stop)
+        assert (bad, good) == (2, 0) and worker.alive()
+        assert not (tmp_path / "bad").exists()  # a config error writes nothing
+        summary = json.loads((tmp_path / "good" / "summary.json").read_text())
+        assert summary["status"] == "completed"
+    finally:
+        worker.close()
+    assert worker.proc.returncode == 0
