@@ -64,7 +64,10 @@ def run_local(commands: list[list[str]], parallel: int, desc: str, reuse: bool =
                     if stop.requested:
                         codes[i] = EXIT_STOPPED
                     elif reuse:
-                        worker = worker if worker and worker.alive() else Worker()
+                        if worker is not None and not worker.alive():  # died on a variant
+                            worker.close()
+                            worker = None
+                        worker = worker or Worker()
                         codes[i] = worker.run(commands[i][3:], stop)  # after "python -m trainer"
                     else:
                         codes[i] = _wait_forwarding(subprocess.Popen(commands[i]), stop)
@@ -119,8 +122,8 @@ class Worker:
         try:
             self.proc.stdin.write(json.dumps(args) + "\n")
             self.proc.stdin.flush()
-        except BrokenPipeError:
-            return self.proc.wait()
+        except BrokenPipeError:  # gone before it read the command
+            return self.proc.wait() or 1
         return _wait_forwarding(self.proc, stop, poll=self._answer)
 
     def _answer(self) -> int | None:
@@ -128,8 +131,7 @@ class Worker:
             line = self.results.readline()
             if line:
                 return int(json.loads(line)["rc"])
-            rc = self.proc.wait()  # the result pipe closed: the worker is gone
-            return rc if rc != 0 else 1
+            return self.proc.wait() or 1  # the result pipe closed: the worker is gone
         return None
 
     def close(self) -> None:
