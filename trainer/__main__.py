@@ -87,23 +87,26 @@ def main(argv: list[str] | None = None) -> int:
         from trainer import compile_cache
 
         compile_cache.enable()
-    import_tensorflow_quietly()
     from trainer.data.sources import DataError
     from trainer.sweep import SweepFailed
     from trainer.train.rundir import RunBusyError
     try:
         if args.command == "train":
             from trainer.config import load_config
+
+            cfg = load_config(args.config, args.overrides)  # a typo fails before TF starts
+            import_tensorflow_quietly()
             from trainer.train.loop import run_training
 
-            cfg = load_config(args.config, args.overrides)
             workdir = Path(args.workdir or Path("runs") / Path(args.config).stem)
-            command = sys.argv if argv is None else [sys.argv[0], *argv]  # a worker's too
+            command = [sys.argv[0], *argv]  # as typed (a worker child gets its own)
             summary = run_training(cfg, workdir, argv=command, progress=not args.quiet)
             loss = summary.get("final_eval_loss")
             print(f"{workdir}: {summary['status']} after {summary['steps']} steps"
                   + (f", eval loss {loss:.4f}" if loss is not None else ""))
-        elif args.command == "sweep":
+        else:  # the other commands import TensorFlow somewhere: mute its start-up first
+            import_tensorflow_quietly()
+        if args.command == "sweep":
             from trainer.sweep import run_sweep
 
             root = run_sweep(args.config, args.out, args.parallel, args.overrides, args.launcher,
