@@ -136,3 +136,39 @@ def test_worker_runs_each_command_in_its_own_child(tmp_path):
     finally:
         worker.close()
     assert worker.proc.returncode == 0
+
+
+def test_a_killed_variant_fails_alone_and_the_worker_goes_on(tmp_path):
+    """SIGKILL to a variant's forked child (the OOM killer): that command fails with the
+    signal, the worker lives on and its next child trains."""
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    from tests.conftest import TINY
+    from trainer.launch import Worker
+    from trainer.train.preempt import stop_requests
+
+    worker = Worker()
+    codes = []
+    try:
+        with stop_requests() as stop:
+            long_run = ["train", "--workdir", str(tmp_path / "killed"), "--quiet", *TINY,
+                        "train.steps=100000", "train.eval_every=100000"]
+            thread = threading.Thread(target=lambda: codes.append(worker.run(long_run, stop)))
+            thread.start()
+            deadline = time.monotonic() + 120
+            while not psutil.Process(worker.proc.pid).children() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            while not (tmp_path / "killed" / "meta.json").exists() and time.monotonic() < deadline:
+                time.sleep(0.2)  # training has started
+            for child in psutil.Process(worker.proc.pid).children():
+                child.send_signal(signal.SIGKILL)
+            thread.join(timeout=60)
+            codes.append(worker.run(["train", "--workdir", str(tmp_path / "next"), "--quiet",
+                                     *TINY, "train.steps=3", "train.eval_every=3"], stop))
+        assert codes == [-signal.SIGKILL, 0] and worker.alive()
+    finally:
+        worker.close()
