@@ -9,7 +9,7 @@ loaded executable is the one the compiler built, so results are unchanged (teste
 TensorFlow reads a cache entry it finds without checking it: a truncated entry (a full disk,
 a kill while writing) fails the run with ``OutOfRangeError``. So TF never sees the store
 itself. Each process gets a private staging directory holding links to the *verified* entries
-(size and SHA-256 recorded when they were promoted); entries TF writes there during the run
+(their SHA-256 recorded when they were promoted); entries TF writes there during the run
 are promoted into the store, each written atomically with its checksum, when the run ends.
 A corrupt or half-written entry is never offered to TF and is removed. The store is keyed by
 TensorFlow version and CPU (model and instruction sets): an executable built for one CPU is
@@ -29,6 +29,10 @@ import shutil
 import tempfile
 from importlib import metadata
 from pathlib import Path
+
+import psutil
+
+from trainer.atomic import atomic_write, write_atomic
 
 ENV = "NORMLAB_XLA_CACHE"
 MAX_MB = 4096  # the store keeps its newest entries up to this size
@@ -114,8 +118,8 @@ def promote() -> int:
             continue
         try:
             data = entry.read_bytes()
-            _write_atomic(store / (entry.name + _SUFFIX), hashlib.sha256(data).hexdigest())
-            _write_atomic(store / entry.name, data)
+            write_atomic(store / (entry.name + _SUFFIX), hashlib.sha256(data).hexdigest())
+            atomic_write(store / entry.name, lambda tmp: Path(tmp).write_bytes(data))
             _state["offered"].add(entry.name)
             added += 1
         except OSError:
@@ -156,18 +160,6 @@ def _link(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def _write_atomic(path: Path, data: bytes | str) -> None:
-    from trainer.atomic import atomic_write
-
-    mode = "wb" if isinstance(data, bytes) else "w"
-
-    def write(tmp: str) -> None:
-        with open(tmp, mode) as f:
-            f.write(data)
-
-    atomic_write(path, write)
-
-
 def _remove_stale_staging(store: Path) -> None:
     """Staging directories of processes that are gone (killed before ``close``)."""
     for staging in store.glob(".staging-*"):
@@ -175,18 +167,8 @@ def _remove_stale_staging(store: Path) -> None:
             pid = int(staging.name.split("-")[1])
         except (IndexError, ValueError):
             continue
-        if not _alive(pid):
+        if not psutil.pid_exists(pid):
             shutil.rmtree(staging, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _trim(store: Path) -> None:

@@ -12,8 +12,9 @@ process, with a fresh compilation cache:
 
 For each: wall time, the share of the workers' time spent in train steps (sum of the runs'
 ``time.train_s`` over wall time x processes at once), the runs' own time phases summed, XLA
-programs compiled and loaded from the cache; and whether every run's numbers agree with the baseline's (every curve but the
-wall-clock ``tokens_per_sec``, and the summary's results), to the last bit.
+programs compiled and loaded from the cache; and whether every run's numbers agree with the
+baseline's to the last bit (``reproduce``'s comparison, made exact: every summary result and
+every curve but the wall-clock ones).
 """
 
 from __future__ import annotations
@@ -24,11 +25,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-# summary.json keys that are results (the rest are timings, paths, dates)
-RESULT_KEYS = ("status", "steps", "final_eval_loss", "final_eval_loss_train_mode",
-               "final_eval_loss_precise_bn", "best_eval_loss", "max_grad_norm", "probes",
-               "loss_spikes", "diverged_step", "num_params", "pad_fraction")
 
 
 def _sweep(spec: str, out: Path, parallel: int, env: dict, extra: list[str]) -> float:
@@ -63,6 +59,8 @@ def _path_report(out: Path, wall: float, parallel: int) -> dict:
 
 def _agree(a_root: Path, b_root: Path) -> list[str]:
     """Differences between two sweeps' runs (empty: identical results)."""
+    from trainer.results.reproduce import (Comparison, compare_curves, compare_summaries,
+                                           tolerances)
     from trainer.results.run import load_runs
 
     a_runs = {r.name: r for r in load_runs(a_root)}
@@ -71,20 +69,16 @@ def _agree(a_root: Path, b_root: Path) -> list[str]:
         return [f"different runs: {sorted(a_runs.keys() ^ b_runs.keys())}"]
     diffs = []
     for name, a in sorted(a_runs.items()):
-        b = b_runs[name]
-        diffs += [f"{name}: {k}" for k in RESULT_KEYS if a.summary.get(k) != b.summary.get(k)]
-        for split in ("train", "eval"):
-            ca, cb = getattr(a, split), getattr(b, split)
-            tags = (set(ca) | set(cb)) - {"tokens_per_sec"}
-            diffs += [f"{name}: {split}/{t}" for t in sorted(tags) if ca.get(t) != cb.get(t)]
+        cmp = Comparison(tolerances(a.summary.get("steps") or 0), exact=True)
+        compare_curves(a, b_runs[name], compare_summaries(a.summary, b_runs[name].summary, cmp))
+        diffs += [f"{name}: {d}" for d in cmp.diffs]
     return diffs
 
 
 def bench_sweep(spec: str, parallel: int, out: Path, extra: list[str], rerun: bool = True,
                 workdir: str | None = None) -> dict:
-    from trainer.machine import machine_identity, versions
     from trainer.atomic import write_json
-
+    from trainer.machine import machine_identity, versions
     from trainer.sweep import load_spec
 
     load_spec(spec)  # a bad spec is one error line before anything runs
