@@ -94,7 +94,7 @@ def test_restored_checkpoint_gives_the_runs_own_eval_loss(runs):
 def test_composition_separates_per_token_norms_from_batch_norm(runs, tmp_path):
     """Only the partners' real lengths change: LN's logits are identical, BN's move."""
     from trainer.analysis.composition import run
-    from trainer.results.findings import DEPENDENT_MIN, INVARIANT_MAX
+    from trainer.findings.thresholds import DEPENDENT_MIN, INVARIANT_MAX
 
     rows = run([runs["layer"], runs["batch"]], tmp_path, n=4)
     delta = {(r["norm"], r["mode"]): r["max_abs_delta"] for r in rows}

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from trainer.config import load_config, to_yaml
-from trainer.results import findings as F, findings_stream as FS
-from trainer.results.runs import Reference
+from trainer.findings import core as C, stream as FS, thresholds as F
+from trainer.findings.claim import BN_NORMS, TOKEN_NORMS
+from trainer.findings.reference import Reference
 from trainer.telemetry.tensorboard import RunWriters
 
 SEEDS = (0, 1, 2)
@@ -26,7 +27,7 @@ BASELINES = {"unigram": 3.1, "bigram": 2.5, "bigram_k": 0.03, "unigram_k": 0.001
 
 def _healthy_grid(norm: str, residual: str) -> dict:
     """Numbers of a grid run under which every claim holds (seed added later as jitter)."""
-    bn = norm in F.BN_NORMS
+    bn = norm in BN_NORMS
     loss = {"layer": 2.1}.get(norm, 2.3) if residual == "true" else 2.6
     precise = {"batch": 2.5, "masked_batch": 2.3}.get(norm)
     return {
@@ -57,7 +58,7 @@ def _write_run(path: Path, overrides: list[str], summary: dict, train: dict, eva
 def build(root: Path, change=lambda kind, key, values: values, seeds=SEEDS) -> Reference:
     """A synthetic reference; ``change(kind, key, values)`` may alter one run's numbers."""
     steps = int(load_config("configs/reference.yaml").train.steps)
-    for norm, residual in [(n, "true") for n in F.TOKEN_NORMS + F.BN_NORMS] + [("layer", "false")]:
+    for norm, residual in [(n, "true") for n in TOKEN_NORMS + BN_NORMS] + [("layer", "false")]:
         for seed in seeds:
             key = (norm, residual, seed)
             v = change("grid", key, {**_healthy_grid(norm, residual)})
@@ -134,7 +135,7 @@ def build(root: Path, change=lambda kind, key, values: values, seeds=SEEDS) -> R
 
 
 def verdicts(ref: Reference) -> dict[str, str]:
-    return {f.id: f.verdict for f in F.measure(ref)}
+    return {f.id: f.verdict for f in C.measure(ref)}
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +171,7 @@ FLIPS = {
     "F7": _set("bs", lambda k: k[0] == "layer",
                inference={1: 2.3 + 2 * F.FLAT_MAX, **{b: 2.3 for b in (2, 4, 8, 16, 64)}}),
     # the plateau α: one seed's saturation just below SATURATED_MIN
-    "F14": _set("dyt", lambda k: k == (1.0, 1), saturation=FS.SATURATED_MIN - 0.01),
+    "F14": _set("dyt", lambda k: k == (1.0, 1), saturation=F.SATURATED_MIN - 0.01),
 }
 
 
@@ -202,15 +203,15 @@ def test_fragility_counts_spikes_as_well_as_divergence(tmp_path):
 
 def test_two_seeds_are_not_enough(tmp_path):
     ref = build(tmp_path / "reference", seeds=(0, 1))
-    found = [f for f in F.measure(ref) if f.id != "F13"]  # F13 computes LN itself, no runs
+    found = [f for f in C.measure(ref) if f.id != "F13"]  # F13 computes LN itself, no runs
     assert all(f.verdict == "not run" for f in found)
     assert any("needs 3" in m for f in found for m in f.missing)
 
 
 def test_the_page_lists_every_claim_with_its_falsifier_and_verdict(tmp_path):
     ref = build(tmp_path / "reference")
-    found = F.measure(ref)
-    text = F.render(ref, found)
+    found = C.measure(ref)
+    text = C.render(ref, found)
     for claim in found:
         assert f"## {claim.id}" in text and claim.falsifier in text
     # only the claims whose runs this synthetic set does not build read "not run"
@@ -228,7 +229,7 @@ def test_committed_findings_are_generated_from_the_committed_runs(monkeypatch):
     monkeypatch.setattr(run_module, "read_scalars", lambda d: reads.update([str(d)]) or real(d))
     root = Path(__file__).resolve().parents[1] / "results"
     ref = Reference(root / "reference")
-    assert F.render(ref, F.measure(ref)) == (root / "README.md").read_text()
+    assert C.render(ref, C.measure(ref)) == (root / "README.md").read_text()
     assert reads and max(reads.values()) == 1
 
 
@@ -242,7 +243,7 @@ F14_FLIPS = {
     # (a): no α ends below bigram (every α between bigram and the unigram plateau)
     "none below bigram": _set("dyt", lambda k: k[0] != 1.0, loss=BASELINES["bigram"] + 0.05),
     # (b): a trained α saturated on one seed
-    "trained but saturated": _set("dyt", lambda k: k == (0.2, 2), saturation=FS.SATURATED_MIN),
+    "trained but saturated": _set("dyt", lambda k: k == (0.2, 2), saturation=F.SATURATED_MIN),
     # (b): one seed of the plateau α just below SATURATED_MIN
     "plateau unsaturated": FLIPS["F14"],
 }
@@ -255,7 +256,7 @@ def test_f14_flips_on_either_part(case, tmp_path):
 
 def test_f14_saturated_min_is_inclusive_and_reads_the_final_probe(tmp_path):
     """>= SATURATED_MIN counts as saturated; step 0's 0.0 and the unsaturated blocks are ignored."""
-    change = _set("dyt", lambda k: k[0] == 1.0, saturation=FS.SATURATED_MIN)  # 0.25: exact in float32
+    change = _set("dyt", lambda k: k[0] == 1.0, saturation=F.SATURATED_MIN)  # 0.25: exact in float32
     assert FS.f14(build(tmp_path / "reference", change)).verdict == "yes"
 
 
@@ -268,7 +269,7 @@ def test_f14_missing_runs_or_probe_read_not_run(tmp_path):
 
 
 def test_f14_figure(tmp_path):
-    from trainer.results.claim_figures import saturation_by_alpha
+    from trainer.findings.figures import saturation_by_alpha
 
     ref = build(tmp_path / "reference")
     path = saturation_by_alpha(ref, ref.root / "dyt" / "plots" / "saturation.png")

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.test_findings import SEEDS, _set, _write_run, build
-from trainer.results import findings as F
-from trainer.results import findings_batch as FB
-from trainer.results.runs import Reference
+from trainer.findings import thresholds as F
+from trainer.findings import batch as FB
+from trainer.findings.claim import BN_NORMS
+from trainer.findings.reference import Reference
 
 
 def _csv(path: Path, rows: list[dict]) -> None:
@@ -28,7 +29,7 @@ def build_batch(root: Path, change=lambda kind, key, values: values, seeds=SEEDS
     build(root, seeds=seeds)
     for group, override, pads in (("pad_to_max", "data.buckets=[128]", 0.12),
                                   ("small_batch", "data.tokens_per_batch=256", 0.08)):
-        for norm in F.BN_NORMS:
+        for norm in BN_NORMS:
             for seed in seeds:
                 v = change(group, (norm, seed), {"precise": {"batch": 2.6}.get(norm, 2.3)})
                 name = f"norm={norm}" + (f",seed={seed}" if seed else "")
@@ -47,7 +48,7 @@ def build_batch(root: Path, change=lambda kind, key, values: values, seeds=SEEDS
                      for m in ("train", "inference")]
     _csv(root / "analysis" / "composition.csv", rows)
     rows = []
-    for norm in F.BN_NORMS:
+    for norm in BN_NORMS:
         for seed in seeds:
             for condition in FB.CONDITIONS:
                 healthy = {"bucketed": 0.05, "pad_to_max": 0.3, "small_batch": 0.2}[condition]
@@ -78,7 +79,7 @@ FLIPS = {  # (claim, part): one group's numbers just across that part's threshol
     ("F8", "rms"): _set("composition", lambda k: k == ("rms", 1), train=2 * F.INVARIANT_MAX),
     ("F8", "batch"): _set("composition", lambda k: k[0] == "batch", train=F.DEPENDENT_MIN / 2),
     ("F9", "pollution"): _set("padding", lambda k: k[:2] == ("batch", "pad_to_max"),
-                              shift=FB.POLLUTION_MIN * 0.9),
+                              shift=F.POLLUTION_MIN * 0.9),
     ("F9", "above bucketed"): _set("padding", lambda k: k[:2] == ("batch", "bucketed"), shift=0.3),
     ("F9", "pad_to_max loss"): _set("pad_to_max", lambda k: k[0] == "batch",
                                     precise=2.3 + F.LOSS_MARGIN / 2),

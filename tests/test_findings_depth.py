@@ -9,9 +9,9 @@ import math
 import pytest
 
 from tests.test_findings import BASELINES, SEEDS, _write_run
-from trainer.results import findings_depth as D
-from trainer.results.findings import LOSS_MARGIN
-from trainer.results.runs import Reference
+from trainer.findings import depth as D
+from trainer.findings.thresholds import LOSS_MARGIN
+from trainer.findings.reference import Reference
 
 # healthy numbers: Pre-LN improves with depth, the others fall further behind it
 HEALTHY = {"Pre-LN + residual": {2: 2.3, 6: 2.1, 12: 2.0},

@@ -3,7 +3,7 @@ its input is changed to one where the property does not hold."""
 
 from __future__ import annotations
 
-from trainer.results import findings_ln as L
+from trainer.findings import ln as L
 
 
 def _parts(f) -> dict:

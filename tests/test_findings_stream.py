@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests import test_findings as T
-from trainer.results import findings as F
-from trainer.results import findings_stream as S
+from trainer.findings import core as C
+from trainer.findings import thresholds as F
+from trainer.findings import stream as S
 
 # Healthy numbers, per (norm_affine, residual): last-block CV of the LN output norms and probe
 # accuracy per block (-1 = embedding output). Seeds add a small jitter.
@@ -70,18 +71,18 @@ FLIPS = {
     # (claim, part index): one number just across that part's threshold
     ("F10", 0): T._set("affine", lambda seed: True, loss=2.1 + F.LOSS_MARGIN / 2),
     ("F10", 1): _last(match=lambda k: k[:2] == ("true", "true"), key="cv",
-                      value=S.AFFINE_SPREAD_MIN * 0.9),
+                      value=F.AFFINE_SPREAD_MIN * 0.9),
     ("F10", 2): _last(match=lambda k: k[:2] == ("false", "true"), key="cv",
-                      value=S.FLAT_SPREAD_MAX * 1.5),
+                      value=F.FLAT_SPREAD_MAX * 1.5),
     ("F12", 0): _last(match=lambda k: k[:2] == ("true", "true"), key="acc",
-                      value=S.IDENTITY_HIGH - 0.01),
+                      value=F.IDENTITY_HIGH - 0.01),
     ("F12", 1): _last(match=lambda k: k[:2] == ("true", "false"), key="acc",
-                      value=0.98 - S.IDENTITY_DROP / 2),
+                      value=0.98 - F.IDENTITY_DROP / 2),
 }
 
 
 def measured(root: Path, change=lambda kind, key, values: values, seeds=T.SEEDS) -> dict:
-    return {f.id: f for f in F.measure(T.build(root, change, seeds))}
+    return {f.id: f for f in C.measure(T.build(root, change, seeds))}
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +107,7 @@ def test_each_part_flips_when_its_number_crosses_the_threshold(claim, part, heal
 
 def test_one_seed_across_the_threshold_is_enough(tmp_path):
     change = _last(match=lambda k: k == ("false", "true", 2), key="cv",
-                   value=S.FLAT_SPREAD_MAX * 1.5)
+                   value=F.FLAT_SPREAD_MAX * 1.5)
     assert measured(tmp_path / "reference", change)["F10"].verdict != "yes"
 
 
@@ -120,7 +121,7 @@ def test_missing_affine_rows_make_f10_not_run_and_leave_f12(tmp_path):
         w = csv.DictWriter(fh, list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    got = {f.id: f for f in F.measure(T.Reference(root))}
+    got = {f.id: f for f in C.measure(T.Reference(root))}
     assert got["F10"].verdict == "not run"
     assert any("norm_affine=false" in m for m in got["F10"].missing)
     assert got["F12"].verdict == "yes"
@@ -132,6 +133,6 @@ def test_without_the_affine_runs_f10_names_them(tmp_path):
     import shutil
 
     shutil.rmtree(root / "affine")
-    got = {f.id: f for f in F.measure(T.Reference(root))}
+    got = {f.id: f for f in C.measure(T.Reference(root))}
     assert got["F10"].verdict == "not run" and any(m.startswith("affine:")
                                                    for m in got["F10"].missing)

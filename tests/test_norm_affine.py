@@ -59,7 +59,7 @@ def test_layer_norm_without_affine_gives_every_token_norm_sqrt_c():
     np.testing.assert_allclose(np.linalg.norm(y, axis=-1), np.sqrt(32 * var / (var + eps)),
                                rtol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(y, axis=-1), np.sqrt(32), rtol=1e-4)
-    # A trained γ breaks it: that spread is what γ/β give back (findings_stream F10).
+    # A trained γ breaks it: that spread is what γ/β give back (F10, trainer/findings/stream.py).
     with_gamma = make_norm("layer", epsilon=eps, affine=True)
     with_gamma.build(x.shape)
     with_gamma.inner.gamma.assign(np.linspace(0.2, 2.0, 32).astype("float32"))

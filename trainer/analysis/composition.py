@@ -80,7 +80,7 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from trainer.results.findings import DEPENDENT_MIN, INVARIANT_MAX
+    from trainer.findings.thresholds import DEPENDENT_MIN, INVARIANT_MAX
     from trainer.results.palette import NORM_COLORS
 
     norms = list(dict.fromkeys(r["norm"] for r in rows))

@@ -2,7 +2,7 @@
 
 For each BN run directory the model is restored from its last checkpoint (``batch_size.restore``)
 and fed the first K batches of its own training stream (``Corpus.train_batch(step, seed)``, what
-the training loop iterates) batched three ways (``findings_batch.CONDITIONS``): ``bucketed`` (the
+the training loop iterates) batched three ways (``CONDITIONS``): ``bucketed`` (the
 run's data config), ``pad_to_max`` (``data.buckets=[max_len]``) and ``small_batch``
 (``data.tokens_per_batch=256``). In inference mode, at every block's BN input, per feature:
 
@@ -25,8 +25,11 @@ from trainer.analysis import analyse_runs, analysis_main, option
 from trainer.analysis.batch_size import restore
 from trainer.atomic import save_figure
 from trainer.config import ConfigError, load_config
-from trainer.results.findings_batch import CONDITIONS, POLLUTION_MIN
+from trainer.findings.thresholds import POLLUTION_MIN
 
+# The three ways of batching the same training stream, and the sub-sweep each condition's
+# losses come from (F9).
+CONDITIONS = {"bucketed": "grid", "pad_to_max": "pad_to_max", "small_batch": "small_batch"}
 SMALL_BUDGET = 256  # tokens per batch of the small_batch condition (its sub-sweep's value)
 
 

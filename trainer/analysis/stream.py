@@ -27,7 +27,7 @@ from trainer.analysis import analyse_runs, analysis_main, option
 from trainer.analysis.batch_size import full_windows, restore
 from trainer.atomic import save_figure
 from trainer.config import ConfigError
-from trainer.results.findings_stream import AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX
+from trainer.findings.stream import AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX
 
 PROBE_STEPS = 300  # full-batch Adam steps of each probe (a convex problem: enough to settle)
 PROBE_LR = 0.05  # Adam step on standardised features

@@ -20,9 +20,8 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.models import BATCH_NORMS
+from trainer.telemetry.definitions import SATURATION_X
 
-# DyT saturation (F14): tanh'(3) < 0.01: past |α·x| = 3 the nonlinearity passes under 1 % of a change.
-SATURATION_X = 3.0
 
 
 class ProbeBatch:

@@ -25,28 +25,17 @@ mean final loss is at the unigram plateau has final saturation (max over blocks)
 
 import math
 
-from trainer.results.baselines import PLATEAU_MARGIN, at_plateau
-from trainer.results.finding import Finding, line
-from trainer.results.findings import BASE, LOSS_MARGIN
+from trainer.results.baselines import at_plateau
+from trainer.findings.claim import Finding, line
+from trainer.findings.claim import BASE
 from trainer.results.metrics import above, beyond, final_loss, final_probe, finite, interval
-from trainer.results.runs import MIN_SEEDS, Reference
-from trainer.telemetry.probes import SATURATION_X  # F14's probe threshold (defined with it)
+from trainer.findings.reference import Reference
+from trainer.telemetry.definitions import SATURATION_X  # F14's probe threshold
+from trainer.findings.thresholds import (AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX, IDENTITY_DROP, IDENTITY_HIGH,
+                                         LOSS_MARGIN, MIN_SEEDS, PLATEAU_MARGIN, SATURATED_MIN)
 
 BASE_ROW = dict(residual="true")  # the analysis rows have no placement: every run is Pre
 WITH = {"true": "with γ/β", "false": "without γ/β"}
-
-# ---- thresholds (fixed before the runs that test them; never loosened after) ---------------
-# F10: the spread γ gives per-token norms after LN must be visible: 5 % of the mean norm.
-AFFINE_SPREAD_MIN = 0.05
-# F10: without γ/β every token leaves LN with norm sqrt(C) (up to epsilon): a CV of 1e-3 allows
-# epsilon's effect on near-constant tokens and nothing more.
-FLAT_SPREAD_MAX = 1e-3
-# F12: "identity kept": a linear probe recovers the input byte at >= 90 % from the last block.
-IDENTITY_HIGH = 0.9
-# F12: "lost without the residual": at least 20 points lower at the last block.
-IDENTITY_DROP = 0.2
-# F14: a DyT layer is "saturated" when a quarter of its inputs sit in tanh's flat tails.
-SATURATED_MIN = 0.25
 
 STREAM_CSV = "analysis/stream.csv"
 

@@ -11,18 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainer.results.finding import Finding, line
-from trainer.results.findings import DEPENDENT_MIN, INVARIANT_MAX
+from trainer.findings.claim import Finding, line
 from trainer.results.metrics import beyond
+from trainer.findings.thresholds import DEPENDENT_MIN, INVARIANT_MAX, REEXPANDED_MIN, UNIT_TOL
 
 DOMINANT = [10.0, 0.0, 0.0, 0.0]
 NEAR_CONSTANT = [1.0, 1.01, 0.99, 1.0]
-# A vector whose variance is far above epsilon leaves LN with mean 0 and std 1 to float32
-# precision; 1e-3 leaves ample room.
-UNIT_TOL = 1e-3
-# "Re-expanded": a vector with std 0.007 (variance 5e-5, five times epsilon = 1e-5) comes out
-# with at least half of unit std, i.e. scaled up ~70x or more.
-REEXPANDED_MIN = 0.5
 SEEDS = (0, 1, 2)
 
 

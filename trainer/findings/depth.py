@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import math
 
-from trainer.results.finding import Finding, line
-from trainer.results.findings import LOSS_MARGIN
+from trainer.findings.claim import Finding, line
 from trainer.results.metrics import final_loss
-from trainer.results.runs import MIN_SEEDS, Reference
+from trainer.findings.reference import Reference
+from trainer.findings.thresholds import LOSS_MARGIN, MIN_SEEDS
 
 HEALTHY = ("Pre-LN + residual", dict(norm="layer", residual="true", placement="pre"))
 OTHERS = (("Post-LN + residual", dict(norm="layer", residual="true", placement="post")),

@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from trainer.atomic import save_figure  # noqa: E402
 from trainer.results.palette import NORM_COLORS  # noqa: E402
+from trainer.findings.thresholds import SATURATED_MIN
 
 WHEN = (("first", "step 0", ":"), ("mid", "mid-training", "--"), ("last", "final", "-"))
 RESIDUAL_COLORS = {"true": NORM_COLORS["layer"], "false": "#7f7f7f"}
@@ -71,7 +72,7 @@ def collapse_by_depth(ref, path: Path) -> Path | None:
 def loss_by_depth(ref, path: Path) -> Path | None:
     """F11's figure: final eval loss vs number of blocks per variant, seeds as dots, mean line
     (a diverged seed is drawn as a cross at the top); None without the depth sub-sweeps."""
-    from trainer.results.findings_depth import VARIANTS, depths, losses
+    from trainer.findings.depth import VARIANTS, depths, losses
 
     ds = sorted({*depths(ref), ref.num_layers("grid")})
     if len(ds) < 2:
@@ -108,7 +109,7 @@ def loss_by_depth(ref, path: Path) -> Path | None:
 def saturation_by_alpha(ref, path: Path) -> Path | None:
     """F14's figure from the ``dyt`` sub-sweep (× = diverged); None when it is not there."""
     from trainer.results.metrics import final_loss
-    from trainer.results.findings_stream import SATURATED_MIN, dyt_saturation
+    from trainer.findings.stream import dyt_saturation
 
     runs = ref.groups.get("dyt", [])
     if not runs:
@@ -153,7 +154,7 @@ def ln_numbers(path: Path) -> Path:
     """F13's figure: each example vector before and after the lab's LayerNorm."""
     import numpy as np
 
-    from trainer.results.findings_ln import DOMINANT, NEAR_CONSTANT, normalise
+    from trainer.findings.ln import DOMINANT, NEAR_CONSTANT, normalise
 
     out = normalise([DOMINANT, NEAR_CONSTANT])
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)

@@ -15,8 +15,8 @@ from trainer.atomic import read_json
 from trainer.results.baselines import FILE as BASELINES_FILE
 from trainer.results.metrics import finite, mean
 from trainer.results.run import load_runs
+from trainer.findings.thresholds import MIN_SEEDS
 
-MIN_SEEDS = 3  # every variant a finding compares runs at least this many seeds
 
 
 def _flat(cfg) -> dict:

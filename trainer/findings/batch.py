@@ -21,18 +21,13 @@ above bucketed (separate intervals); ``masked_batch`` ends better than ``batch``
 
 from __future__ import annotations
 
-from trainer.results import findings as F
-from trainer.results.finding import Finding, line
+from trainer.findings import thresholds as F
+from trainer.analysis.padding import CONDITIONS
+from trainer.findings.claim import BASE, BN_NORMS, Finding, line
 from trainer.results.metrics import above, beyond, precise_bn_loss
-from trainer.results.runs import MIN_SEEDS, Reference
+from trainer.findings.reference import Reference
+from trainer.findings.thresholds import MIN_SEEDS, POLLUTION_MIN
 
-# ---- thresholds (fixed before the runs that test them; never loosened after) ---------------
-# F9: a shift of a tenth of a feature's standard deviation, subtracted from every real token by
-# naive BN, moves its normalised output by 0.1: a thousand times LN's invariance bound.
-POLLUTION_MIN = 0.1
-# F9: the three ways of batching the same training stream (analysis conditions, and the
-# sub-sweep each condition's losses come from).
-CONDITIONS = {"bucketed": "grid", "pad_to_max": "pad_to_max", "small_batch": "small_batch"}
 
 
 def _by_seed(rows: list[dict], key: str, **want) -> dict:
@@ -88,8 +83,8 @@ def f9(ref: Reference) -> Finding:
                     pad-to-max or under small batches""", plot="analysis/padding.png")
     csv = "analysis/padding.csv"
     rows = ref.analysis(f, csv)
-    loss = {(g, n): ref.per_seed(f, g, precise_bn_loss, norm=n, **F.BASE)
-            for g in ("pad_to_max", "small_batch") for n in F.BN_NORMS}
+    loss = {(g, n): ref.per_seed(f, g, precise_bn_loss, norm=n, **BASE)
+            for g in ("pad_to_max", "small_batch") for n in BN_NORMS}
     if f.missing:
         return f
     shift = {c: _by_seed(rows, "shift", norm="batch", condition=c) for c in CONDITIONS}
@@ -104,8 +99,8 @@ def f9(ref: Reference) -> Finding:
                                 "pads in the analysed batches)",
                                 _by_seed(rows, "shift", norm=n, condition=c)))
     context = Finding("", "", "", "")  # the grid's bucketed losses: context, not in the verdict
-    for n in F.BN_NORMS:
-        grid = ref.per_seed(context, "grid", precise_bn_loss, norm=n, **F.BASE)
+    for n in BN_NORMS:
+        grid = ref.per_seed(context, "grid", precise_bn_loss, norm=n, **BASE)
         if grid:
             f.lines.append(line(f"eval loss, {n}, bucketed (grid)", grid))
     for (g, n), v in loss.items():

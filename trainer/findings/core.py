@@ -1,6 +1,6 @@
 """The claims of the teaching texts, measured on the reference runs -> results/README.md.
 
-    python -m trainer findings results/reference     # or python -m trainer.results.findings
+    python -m trainer findings results/reference     # or python -m trainer.findings.core
 
 Every number on that page comes from here, computed from the committed runs (summary.json,
 event files, analysis CSVs); nothing is written by hand. The rules, fixed before the runs:
@@ -12,7 +12,7 @@ event files, analysis CSVs); nothing is written by hand. The rules, fixed before
 - a claim with several parts is "yes" only when every part shows ("partly" when some do);
 - a claim whose runs are missing says "not run" and names them; a claim that does not show is
   reported with its numbers, never dropped;
-- the thresholds are the named constants below, each with the reason for its value.
+- the thresholds are the named constants of ``thresholds``, each with the reason for its value.
 """
 
 from __future__ import annotations
@@ -22,45 +22,12 @@ from pathlib import Path
 
 from trainer.atomic import write_atomic
 from trainer.results import baselines as bl
-from trainer.results.finding import Finding, fmt_seeds, line
+from trainer.findings.claim import BASE, BN_NORMS, TOKEN_NORMS, Finding, fmt_seeds, line
 from trainer.results.metrics import (above, beyond, final_loss, final_probe, gap, interval,
                                      precise_bn_loss)
-from trainer.results.runs import MIN_SEEDS, Reference
+from trainer.findings.reference import Reference
+from trainer.findings.thresholds import COLLAPSE_MARGIN, DEPENDENT_MIN, FLAT_MAX, FRAGILE_SHARE, GAP_MIN, GAP_ZERO, GROWTH_FACTOR, HEALTHY_BELOW_BIGRAM, INVARIANT_MAX, LOSS_MARGIN, MIN_SEEDS, PROFILE_GROWTH, SMALL_BATCH_GAP, WARMUP_MARGIN
 
-# ---- thresholds (fixed before the reference runs were made; never loosened after) ----------
-# Per-token norms: float32 reassociation noise on logits of size ~10 is ~1e-6; 1e-4 leaves 100x.
-INVARIANT_MAX = 1e-4
-# Batch dependence a reader would notice: a hundredth of a logit.
-DEPENDENT_MIN = 1e-2
-# LN's train/inference "gap" must be numerically zero (the same function in both modes).
-GAP_ZERO = 1e-4
-# A BN train/inference gap that matters: 0.05 nats is a 5 % change in perplexity.
-GAP_MIN = 0.05
-# Two variants' final eval losses: one is "better" by at least this (the plateau margin too).
-LOSS_MARGIN = bl.PLATEAU_MARGIN
-# Rank collapse: the residual-free stack's last block keeps at least 0.1 less of its tokens'
-# centred energy (||X - 1 mean^T|| / ||X||, range 0..1) than the residual stack's.
-COLLAPSE_MARGIN = 0.1
-# Stream growth without a norm: its last/first-block token std ratio at least twice LN's.
-GROWTH_FACTOR = 2.0
-# Fragility at high LR: the share of no-norm runs that diverge or spike exceeds Pre-LN's by half.
-FRAGILE_SHARE = 0.5
-# Post-LN without warm-up must end at least 0.1 nats worse than with it (a diverged run: +inf).
-WARMUP_MARGIN = 0.1
-# Xiong et al.'s profile at init: Post-LN's FFN-out gradient norm, last/first block, above 1.5
-# (grows toward the output); Pre-LN's below it (flat or shrinking).
-PROFILE_GROWTH = 1.5
-# The scale is right when healthy Pre-LN ends this far below the bigram baseline (issue #11).
-HEALTHY_BELOW_BIGRAM = 0.3
-# F7: "does not change with batch size": float32 reassociation across batch shapes moves a
-# mean loss of ~2 nats by ~1e-6; 1e-4 leaves 100x headroom.
-FLAT_MAX = 1e-4
-# F7: BN in training mode at one sequence per batch must cost at least 0.1 nats more than at 64.
-SMALL_BATCH_GAP = 0.1
-
-BASE = dict(residual="true", placement="pre")
-TOKEN_NORMS = ("layer", "rms", "dyt", "none")
-BN_NORMS = ("batch", "masked_batch")
 
 
 def scale(ref: Reference) -> Finding:
@@ -330,10 +297,9 @@ CLAIMS = (scale, f1, f2, f3, f4, f5, f6, f7)
 
 def all_claims() -> tuple:
     """Every claim in page order: this module's, then the other claim modules'."""
-    from trainer.results import findings_batch, findings_depth, findings_ln, findings_stream
+    from trainer.findings import batch, depth, ln, stream
 
-    return (CLAIMS + findings_batch.CLAIMS + findings_depth.CLAIMS + findings_ln.CLAIMS
-            + findings_stream.CLAIMS)
+    return CLAIMS + batch.CLAIMS + depth.CLAIMS + ln.CLAIMS + stream.CLAIMS
 
 
 def measure(ref: Reference) -> list[Finding]:
@@ -343,7 +309,7 @@ def measure(ref: Reference) -> list[Finding]:
 
 
 def render(ref: Reference, findings: list[Finding]) -> str:
-    from trainer.results.report import render_page
+    from trainer.findings.page import render_page
 
     return render_page(ref, findings)
 
@@ -352,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     root = Path(argv[0] if argv else "results/reference")
     ref = Reference(root)
-    from trainer.results.claim_figures import write_claim_figures
+    from trainer.findings.figures import write_claim_figures
 
     write_claim_figures(ref)
     text = render(ref, measure(ref))

@@ -1,8 +1,8 @@
 """One claim's measurement: the ``Finding`` record and the formatting every claim module shares.
 
-A claim module (``findings``, ``findings_batch``, ``findings_stream``) defines functions
-``claim(ref: Reference) -> Finding`` and lists them in its ``CLAIMS``; ``findings.measure`` runs
-them all and ``report`` renders them.
+A claim module (``core``, ``batch``, ``depth``, ``ln``, ``stream``) defines functions
+``claim(ref: Reference) -> Finding`` and lists them in its ``CLAIMS``; ``core.measure`` runs
+them all and ``page`` renders them.
 """
 
 from __future__ import annotations
@@ -11,6 +11,11 @@ import math
 from dataclasses import dataclass, field
 
 from trainer.results.metrics import interval
+
+# The variants most claims compare: Pre-norm with the residual; the norms by family.
+BASE = dict(residual="true", placement="pre")
+TOKEN_NORMS = ("layer", "rms", "dyt", "none")
+BN_NORMS = ("batch", "masked_batch")
 
 
 @dataclass

@@ -1,0 +1,69 @@
+"""Every threshold the claims are judged by, with the reason for its value.
+
+Fixed before the runs that test them and never loosened after: a change is a new
+pre-registration with new runs. This module imports no TensorFlow and no claim, so the analyses
+(which draw some of these lines on their figures) and the claims read the same numbers without
+importing each other.
+"""
+
+from trainer.results.baselines import PLATEAU_MARGIN  # "at the plateau": one definition, tables too
+
+# Every variant a claim compares runs at least this many seeds.
+MIN_SEEDS = 3
+
+# ---- S, F1-F7 ------------------------------------------------------------------------------
+# Per-token norms: float32 reassociation noise on logits of size ~10 is ~1e-6; 1e-4 leaves 100x.
+INVARIANT_MAX = 1e-4
+# Batch dependence a reader would notice: a hundredth of a logit.
+DEPENDENT_MIN = 1e-2
+# LN's train/inference "gap" must be numerically zero (the same function in both modes).
+GAP_ZERO = 1e-4
+# A BN train/inference gap that matters: 0.05 nats is a 5 % change in perplexity.
+GAP_MIN = 0.05
+# Two variants' final eval losses: one is "better" by at least this (the plateau margin too).
+LOSS_MARGIN = PLATEAU_MARGIN
+# Rank collapse: the residual-free stack's last block keeps at least 0.1 less of its tokens'
+# centred energy (||X - 1 mean^T|| / ||X||, range 0..1) than the residual stack's.
+COLLAPSE_MARGIN = 0.1
+# Stream growth without a norm: its last/first-block token std ratio at least twice LN's.
+GROWTH_FACTOR = 2.0
+# Fragility at high LR: the share of no-norm runs that diverge or spike exceeds Pre-LN's by half.
+FRAGILE_SHARE = 0.5
+# Post-LN without warm-up must end at least 0.1 nats worse than with it (a diverged run: +inf).
+WARMUP_MARGIN = 0.1
+# Xiong et al.'s profile at init: Post-LN's FFN-out gradient norm, last/first block, above 1.5
+# (grows toward the output); Pre-LN's below it (flat or shrinking).
+PROFILE_GROWTH = 1.5
+# The scale is right when healthy Pre-LN ends this far below the bigram baseline (issue #11).
+HEALTHY_BELOW_BIGRAM = 0.3
+# F7: "does not change with batch size": float32 reassociation across batch shapes moves a
+# mean loss of ~2 nats by ~1e-6; 1e-4 leaves 100x headroom.
+FLAT_MAX = 1e-4
+# F7: BN in training mode at one sequence per batch must cost at least 0.1 nats more than at 64.
+SMALL_BATCH_GAP = 0.1
+
+# ---- F9 ------------------------------------------------------------------------------------
+# F9: a shift of a tenth of a feature's standard deviation, subtracted from every real token by
+# naive BN, moves its normalised output by 0.1: a thousand times LN's invariance bound.
+POLLUTION_MIN = 0.1
+
+# ---- F10, F12, F14 -------------------------------------------------------------------------
+# F10: the spread γ gives per-token norms after LN must be visible: 5 % of the mean norm.
+AFFINE_SPREAD_MIN = 0.05
+# F10: without γ/β every token leaves LN with norm sqrt(C) (up to epsilon): a CV of 1e-3 allows
+# epsilon's effect on near-constant tokens and nothing more.
+FLAT_SPREAD_MAX = 1e-3
+# F12: "identity kept": a linear probe recovers the input byte at >= 90 % from the last block.
+IDENTITY_HIGH = 0.9
+# F12: "lost without the residual": at least 20 points lower at the last block.
+IDENTITY_DROP = 0.2
+# F14: a DyT layer is "saturated" when a quarter of its inputs sit in tanh's flat tails.
+SATURATED_MIN = 0.25
+
+# ---- F13 -----------------------------------------------------------------------------------
+# A vector whose variance is far above epsilon leaves LN with mean 0 and std 1 to float32
+# precision; 1e-3 leaves ample room.
+UNIT_TOL = 1e-3
+# "Re-expanded": a vector with std 0.007 (variance 5e-5, five times epsilon = 1e-5) comes out
+# with at least half of unit std, i.e. scaled up ~70x or more.
+REEXPANDED_MIN = 0.5
