@@ -19,13 +19,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import tiny_spec
-from trainer import best_lr
 from trainer.atomic import write_json
 from trainer.config import ConfigError, load_config, to_yaml
 from trainer.results.baselines import data_key
 from trainer.results.lr_sweep import load_lr_sweep
 from trainer.results.summarize import summarize
-from trainer.sweep import expand_variants, load_spec
+from trainer.sweep import load_spec, resolve_variants
 from trainer.telemetry.tensorboard import RunWriters
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,7 +131,8 @@ def test_summarize_writes_the_lr_tables_and_figure(group):
     assert rows["norm=none,placement=pre"]["trains"] == "no rate tried"
     assert rows["norm=layer,placement=post"]["best_at_edge"] == "lowest rate"
     md = (group / "lr_sweep.md").read_text()
-    assert "| norm=layer,placement=pre | 0.003 | 2.1 | 1.067 | yes | 0.001 0.003 |  | 2.4 | 2.1 | ∞ |" in md
+    assert ("| norm=layer,placement=pre | 0.003 | 2.1 | 1.067 | yes | 0.001 0.003 |  "
+            "| 2.4 | 2.1 | ∞ |") in md
     assert (group / "plots" / "lr_sensitivity.png").stat().st_size > 10_000
 
 
@@ -154,11 +154,9 @@ def _spec(tmp_path: Path, best: str, grid: str = "  model.placement: [pre, post]
 
 
 def _resolve(spec_path: Path, extra=()):
+    """The variants ``sweep`` would run (names, overrides), without running them."""
     spec, base = load_spec(spec_path)
-    variants = expand_variants(spec)
-    configs = [load_config(base, v.overrides) for v in variants]
-    parsed = best_lr.parse(spec.best_lr, spec_path, spec.grid, spec.overrides)
-    return best_lr.apply(parsed, variants, configs, list(extra))
+    return resolve_variants(spec, spec_path, base, list(extra))[0]
 
 
 def test_best_lr_gives_every_variant_its_own_rate(group, tmp_path):
@@ -178,6 +176,11 @@ def test_best_lr_gives_every_variant_its_own_rate(group, tmp_path):
                  overrides="[model.norm=rms]")
     names = [v.name for v in _resolve(spec)][:3]
     assert names == ["placement=pre,lr=0.005", "placement=pre,lr=0.01", "placement=pre,lr=0.03"]
+    spec = _spec(tmp_path / "specs", f"  from: {group}\n  match: [model.norm, model.placement]\n"
+                 "  factors: [0.5]\n", grid="  model.placement: [pre]\n",
+                 overrides="[model.norm=rms]")
+    assert [v.name for v in _resolve(spec)] == ["placement=pre,lr=0.005",
+                                                "placement=pre,lr=0.005,seed=1"]
 
 
 @pytest.mark.parametrize("best, grid, overrides, extra, message", [

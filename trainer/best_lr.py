@@ -10,8 +10,8 @@ For each variant the runs under ``from`` whose ``match`` keys have the variant's
 read as one loss-vs-rate curve; the variant gets ``train.lr`` = that curve's best rate × each
 factor (best rate, tie rule: :mod:`trainer.results.lr_sweep`). The rate is an ordinary
 override, so it is written into the run's config.yaml and ``reproduce`` needs nothing more.
-With one factor run names are unchanged; with several each name gets ``lr=<rate>`` (before
-``seed=N``). A factor other than 1 gives best × f rounded to 12 significant digits (no float
+With ``factors: [1.0]`` (the default) run names are unchanged; otherwise each name gets
+``lr=<rate>`` (before ``seed=N``). A factor other than 1 gives best × f rounded to 12 significant digits (no float
 noise such as 0.0030000000000000005 in a config).
 
 Every problem is one ConfigError line: ``from`` missing or without runs, no run matching a
@@ -126,7 +126,7 @@ def apply(best: BestLR, variants: list, configs: list, extra=()) -> list:
             found[want] = best_rate(best, runs, cfg, variant.name)
         for factor in best.factors:
             rate = found[want] if factor == 1 else float(f"{found[want] * factor:.12g}")
-            name = variant.name if len(best.factors) == 1 else _named(variant.name, rate)
+            name = variant.name if best.factors == (1.0,) else _named(variant.name, rate)
             out.append(type(variant)(name, [*variant.overrides, f"{LR_KEY}={rate!r}"]))
     names = [v.name for v in out]
     if len(set(names)) != len(names):

@@ -131,6 +131,21 @@ def dedupe(variants: list[Variant], configs: list) -> tuple[list[Variant], list,
     return kept, kept_cfgs, notes
 
 
+def resolve_variants(spec: SweepSpec, spec_path: Path, base: Path, extra=()
+                     ) -> tuple[list[Variant], list, list[str]]:
+    """The variants to run with their loaded configs (every one validated before anything
+    runs, so a typo fails the sweep up front), each at its best rate when the spec has
+    ``best_lr:``, minus duplicates of one network (``dedupe``: its notes are returned)."""
+    base_seed = load_config(base, [*spec.overrides, *extra]).train.seed
+    variants = expand_variants(spec, base_seed)
+    configs = [load_config(base, [*v.overrides, *extra]) for v in variants]
+    if spec.best_lr is not None:  # each variant at the best rate of an earlier lr sweep
+        best = best_lr.parse(spec.best_lr, spec_path, spec.grid, spec.overrides)
+        variants = best_lr.apply(best, variants, configs, extra)
+        configs = [load_config(base, [*v.overrides, *extra]) for v in variants]
+    return dedupe(variants, configs)
+
+
 def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
               extra: list[str] = (), launcher: str = "local", wait: bool = True,
               wait_limit_s: float = 24 * 3600, reuse: bool = True) -> Path:
@@ -152,15 +167,7 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     spec, base = load_spec(spec_path)
     name = spec.name or Path(spec_path).stem
     root = Path(out_dir) if out_dir else Path("results") / name
-    base_seed = load_config(base, [*spec.overrides, *extra]).train.seed
-    variants = expand_variants(spec, base_seed)
-    # Validate every variant before anything runs, so a typo fails the sweep up front.
-    configs = [load_config(base, [*v.overrides, *extra]) for v in variants]
-    if spec.best_lr is not None:  # each variant at the best rate of an earlier lr sweep
-        best = best_lr.parse(spec.best_lr, Path(spec_path), spec.grid, spec.overrides)
-        variants = best_lr.apply(best, variants, configs, extra)
-        configs = [load_config(base, [*v.overrides, *extra]) for v in variants]
-    variants, configs, notes = dedupe(variants, configs)
+    variants, configs, notes = resolve_variants(spec, Path(spec_path), base, extra)
     for note in notes:
         print(note, flush=True)
     root.mkdir(parents=True, exist_ok=True)

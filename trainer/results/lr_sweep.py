@@ -237,7 +237,8 @@ def markdown(variants: list[LRVariant], baselines: dict | None = None) -> str:
         return "No runs.\n"
     rates = [k for k in rows[0] if k.startswith("val_loss@lr=")]
     head = ["variant", "best rate", "best val loss", "LR sensitivity", "trains",
-            "rates that train", "best at edge", *(f"lr {float(k.split('=', 1)[1]):.3g}" for k in rates)]
+            "rates that train", "best at edge",
+            *(f"lr {float(k.split('=', 1)[1]):.3g}" for k in rates)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["variant"], "" if r["best_lr"] is None else f"{r['best_lr']:.3g}",
@@ -248,9 +249,9 @@ def markdown(variants: list[LRVariant], baselines: dict | None = None) -> str:
             "rate has several; ∞: diverged. Best rate: the lowest final loss (a tie goes to the "
             "lower rate). LR sensitivity (Wortsman et al. 2023): the mean over the rates tried "
             "of min(final loss, loss at init) − best loss. Trains: \"yes\" when the final loss "
-            "lies below the bigram baseline at some rate, \"no rate tried\" when at none. Best at edge: the best rate is the lowest or "
-            "highest rate tried, so the optimum may lie outside the grid. Figure: "
-            "plots/lr_sensitivity.png.\n")
+            "lies below the bigram baseline at some rate, \"no rate tried\" when at none. "
+            "Best at edge: the best rate is the lowest or highest rate tried, so the optimum "
+            "may lie outside the grid. Figure: plots/lr_sensitivity.png.\n")
     if baselines:
         note += (f"\nBaselines on the same validation tokens: unigram "
                  f"{baselines['unigram']:.4f}, bigram {baselines['bigram']:.4f} nats.\n")
