@@ -19,6 +19,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from trainer import best_lr
 from trainer.config import ConfigError, load_config, network_key
 
 
@@ -39,6 +40,7 @@ class SweepSpec:
     seeds: list[int] = field(default_factory=lambda: [0])  # each variant runs once per seed
     exclude: list[dict[str, Any]] = field(default_factory=list)  # partial assignments to skip
     launcher_params: dict[str, Any] = field(default_factory=dict)  # submitit/SLURM parameters
+    best_lr: Optional[dict[str, Any]] = None  # {from, match, factors}: trainer/best_lr.py
 
 
 @dataclass
@@ -70,6 +72,8 @@ def load_spec(path: str | os.PathLike) -> tuple[SweepSpec, Path]:
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{path}: grid '{key}' must be a non-empty list")
     expand_variants(spec)  # every run name must be a safe directory name (spec-level check)
+    if spec.best_lr is not None:
+        best_lr.parse(spec.best_lr, path, spec.grid, spec.overrides)
     return spec, base
 
 
@@ -127,6 +131,21 @@ def dedupe(variants: list[Variant], configs: list) -> tuple[list[Variant], list,
     return kept, kept_cfgs, notes
 
 
+def resolve_variants(spec: SweepSpec, spec_path: Path, base: Path, extra=()
+                     ) -> tuple[list[Variant], list, list[str]]:
+    """The variants to run with their loaded configs (every one validated before anything
+    runs, so a typo fails the sweep up front), each at its best rate when the spec has
+    ``best_lr:``, minus duplicates of one network (``dedupe``: its notes are returned)."""
+    base_seed = load_config(base, [*spec.overrides, *extra]).train.seed
+    variants = expand_variants(spec, base_seed)
+    configs = [load_config(base, [*v.overrides, *extra]) for v in variants]
+    if spec.best_lr is not None:  # each variant at the best rate of an earlier lr sweep
+        best = best_lr.parse(spec.best_lr, spec_path, spec.grid, spec.overrides)
+        variants = best_lr.apply(best, variants, configs, extra)
+        configs = [load_config(base, [*v.overrides, *extra]) for v in variants]
+    return dedupe(variants, configs)
+
+
 def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
               extra: list[str] = (), launcher: str = "local", wait: bool = True,
               wait_limit_s: float = 24 * 3600, reuse: bool = True) -> Path:
@@ -148,17 +167,14 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     spec, base = load_spec(spec_path)
     name = spec.name or Path(spec_path).stem
     root = Path(out_dir) if out_dir else Path("results") / name
-    base_seed = load_config(base, [*spec.overrides, *extra]).train.seed
-    variants = expand_variants(spec, base_seed)
-    # Validate every variant before anything runs, so a typo fails the sweep up front.
-    configs = [load_config(base, [*v.overrides, *extra]) for v in variants]
-    variants, configs, notes = dedupe(variants, configs)
+    variants, configs, notes = resolve_variants(spec, Path(spec_path), base, extra)
     for note in notes:
         print(note, flush=True)
     root.mkdir(parents=True, exist_ok=True)
     if not list(root.glob("events.out.tfevents.*")):  # once per results dir, not per rerun
         swept = [k for k in spec.grid if k in HPARAM_KEYS] + (
-            ["train.seed"] if len(spec.seeds) > 1 else [])
+            ["train.seed"] if len(spec.seeds) > 1 else []) + (
+            ["train.lr"] if spec.best_lr is not None else [])
         write_hparams_config(root, [k.split(".")[-1] for k in HPARAM_KEYS],
                              swept=tuple(k.split(".")[-1] for k in swept))
     prepare(configs[0].data)  # build the dataset/tokenizer cache once, not in N processes

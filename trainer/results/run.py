@@ -31,6 +31,17 @@ def variant_name(run_name: str) -> str:
     return name or run_name
 
 
+def group_status(statuses: list[str]) -> str:
+    """One status for several runs (the seeds of a variant): ``completed`` when all completed,
+    else each other status with its count, ``diverged 1/3, unfinished 1/3``."""
+    if len(statuses) == 1:
+        return statuses[0]
+    if all(s == "completed" for s in statuses):
+        return "completed"
+    bad = [s for s in dict.fromkeys(statuses) if s != "completed"]
+    return ", ".join(f"{s} {statuses.count(s)}/{len(statuses)}" for s in bad)
+
+
 class Run:
     """One run directory; ``name`` is its path relative to the results root."""
 

@@ -7,7 +7,10 @@ reads its config.yaml, summary.json and TensorBoard curves, and writes (atomical
 - ``summary.csv``  one row per *variant*: runs that differ only in ``train.seed`` (run names
   ``...,seed=N``) are grouped; losses are mean and sample std over the seeds that completed;
 - ``summary.md``   the variant table with compact numbers (``mean ± std``);
-- ``plots/*.png``  see :mod:`trainer.results.plots`.
+- ``plots/*.png``  see :mod:`trainer.results.plots`;
+- only when the runs vary ``train.lr``: ``lr_sweep.csv``, ``lr_sweep.md`` and
+  ``plots/lr_sensitivity.png`` (each variant's best rate and LR sensitivity,
+  :mod:`trainer.results.lr_sweep`).
 
 Run directories named ``*.reproduce`` (made by ``python -m trainer reproduce``) are skipped.
 """
@@ -21,8 +24,9 @@ from pathlib import Path
 from trainer.atomic import write_atomic
 from trainer.results.baselines import (PLATEAU_MARGIN, at_plateau, ensure_baselines,
                                       read_run_baselines)
+from trainer.results.lr_sweep import varies_lr, write_lr_sweep
 from trainer.results.metrics import final_probe, finite, gap, interval, mean, mean_std, mode_losses
-from trainer.results.run import Run, load_runs
+from trainer.results.run import Run, group_status, load_runs
 
 RUN_COLUMNS = ("run", "variant", "norm", "placement", "residual", "num_layers", "lr",
                "warmup_steps", "seed", "status", "steps", "final_eval_loss",
@@ -84,15 +88,6 @@ def run_row(run: Run, baselines: dict | None = None) -> dict:
     }
 
 
-def _status(statuses: list[str]) -> str:
-    if len(statuses) == 1:
-        return statuses[0]
-    if all(s == "completed" for s in statuses):
-        return "completed"
-    bad = [s for s in dict.fromkeys(statuses) if s != "completed"]
-    return ", ".join(f"{s} {statuses.count(s)}/{len(statuses)}" for s in bad)
-
-
 def group_variants(rows: list[dict]) -> list[dict]:
     """One row per variant: means (and sample std) over its seeds."""
     groups: dict[str, list[dict]] = {}
@@ -110,7 +105,7 @@ def group_variants(rows: list[dict]) -> list[dict]:
         grads = [g for g in col("max_grad_norm") if g is not None]
         out.append({
             "variant": name, **{k: first[k] for k in COLUMNS[1:7]},
-            "n_seeds": len(members), "status": _status(col("status")),
+            "n_seeds": len(members), "status": group_status(col("status")),
             "plateau": (f"at unigram plateau {plateau}/{len(members)}" if len(members) > 1
                         else "at unigram plateau") if plateau else "",
             "final_eval_loss_mean": loss_mean, "final_eval_loss_std": loss_std,
@@ -202,4 +197,6 @@ def summarize(root: str | Path, plots: bool = True) -> list[dict]:
 
         lines = {k: base[k] for k in ("unigram", "bigram")} if base else None
         write_plots(runs, root / "plots", lines)
+    if varies_lr(runs):  # a learning-rate sweep: each variant's best rate and sensitivity
+        write_lr_sweep(root, runs, base, plots)
     return variants
