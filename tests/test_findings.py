@@ -1,221 +1,251 @@
-"""Findings verdicts on synthetic reference directories: every claim shows on a healthy set, and
-each one flips when one number crosses its threshold (a verdict that cannot flip is a defect).
-
-The run directories are real (config.yaml from the reference config, summary.json, TensorBoard
-event files written by the lab's own writers); only the numbers in them are made up.
+"""Findings verdicts on a synthetic reference (``tests/reference_fixture.py``): every claim shows
+on the healthy set, and each evidence part flips its claim — to *partly*, *no* or
+*inconclusive* — when one number crosses its threshold or a precondition fails (a verdict that
+cannot flip is a defect); a failed control makes a claim inconclusive, never "yes".
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
 
-from trainer.config import load_config, to_yaml
-from trainer.findings import core as C, stream as FS, thresholds as F
-from trainer.findings.claim import BN_NORMS, TOKEN_NORMS
+from tests.reference_fixture import (BASELINES, DEPTH, LR_TABLE, RATE_GRID, build, changing,
+                                     combine)
+from trainer.findings import page as P
+from trainer.findings import thresholds as F
 from trainer.findings.reference import Reference
-from trainer.telemetry.tensorboard import RunWriters
 
-SEEDS = (0, 1, 2)
-LAYERS = int(load_config("configs/reference.yaml").model.num_layers)
-BASELINES = {"unigram": 3.1, "bigram": 2.5, "bigram_k": 0.03, "unigram_k": 0.001}
-
-
-def _healthy_grid(norm: str, residual: str) -> dict:
-    """Numbers of a grid run under which every claim holds (seed added later as jitter)."""
-    bn = norm in BN_NORMS
-    loss = {"layer": 2.1}.get(norm, 2.3) if residual == "true" else 2.6
-    precise = {"batch": 2.5, "masked_batch": 2.3}.get(norm)
-    return {
-        "loss": loss, "train_mode": loss - 0.2 if bn else None, "precise": precise,
-        "invariance": 0.5 if bn else 0.0,
-        "rank1": (0.9, 0.8) if residual == "true" else (0.05, 0.02),
-        "growth": 5.0 if norm == "none" else 1.0,
-    }
+PLATEAU = BASELINES["unigram"]  # a loss "at the unigram plateau"
+LN = ("layer", "true", "pre", 50)
+POST = ("layer", "true", "post", 50)
 
 
-# F14: α -> (final loss, final saturation of the saturated block); 1.0 sits at the unigram plateau
-DYT_HEALTHY = {0.05: (2.4, 0.0), 0.2: (2.2, 0.02), 0.5: (2.3, 0.1), 1.0: (3.1, 0.6)}
+CLAIMS = {("S" if fn.__name__ == "scale" else fn.__name__.upper()): fn for fn in P.all_claims()}
+RUNS_READ = [c for c in CLAIMS if c != "F13"]  # F13 computes LN itself (tests/test_findings_ln.py)
 
 
-def _write_run(path: Path, overrides: list[str], summary: dict, train: dict, evals: dict) -> None:
-    path.mkdir(parents=True)
-    cfg = load_config("configs/reference.yaml", overrides)
-    (path / "config.yaml").write_text(to_yaml(cfg))
-    (path / "summary.json").write_text(json.dumps(summary))
-    (path / "meta.json").write_text(json.dumps({"git_sha": "0" * 40, "git_dirty": False}))
-    writers = RunWriters(path)
-    for group, curves in (("train", train), ("eval", evals)):
-        for step, scalars in curves.items():
-            writers.write(group, scalars, step)
-    writers.close()
+def measured(root: Path, change=lambda kind, key, values: values, claims=None, **kw) -> dict:
+    """The claims (default: every claim that reads runs) measured on a synthetic reference."""
+    ref = build(root, change, **kw)
+    return {c: CLAIMS[c](ref) for c in (claims or RUNS_READ)}
 
 
-def build(root: Path, change=lambda kind, key, values: values, seeds=SEEDS) -> Reference:
-    """A synthetic reference; ``change(kind, key, values)`` may alter one run's numbers."""
-    steps = int(load_config("configs/reference.yaml").train.steps)
-    for norm, residual in [(n, "true") for n in TOKEN_NORMS + BN_NORMS] + [("layer", "false")]:
-        for seed in seeds:
-            key = (norm, residual, seed)
-            v = change("grid", key, {**_healthy_grid(norm, residual)})
-            jitter = 0.001 * seed
-            summary = {"status": "completed", "final_eval_loss": v["loss"] + jitter,
-                       "final_eval_loss_train_mode": jitter + (
-                           v["loss"] if v["train_mode"] is None else v["train_mode"]),
-                       "final_eval_loss_precise_bn": None if v["precise"] is None
-                       else v["precise"] + jitter,
-                       "loss_spikes": 0, "probes": {"probe/batch_invariance": v["invariance"]}}
-            tag = f"probe/rank1_residual/block_{LAYERS - 1}"
-            evals = {0: {tag: v["rank1"][0]}, steps: {tag: v["rank1"][1], "loss": v["loss"]}}
-            train = {steps - 1: {"activation/block_0/token_std": 1.0,
-                                 f"activation/block_{LAYERS - 1}/token_std": v["growth"]}}
-            name = f"norm={norm},residual={residual},placement=pre" + (f",seed={seed}" if seed else "")
-            _write_run(root / "grid" / name, [f"model.norm={norm}", f"model.residual={residual}",
-                                              f"train.seed={seed}"], summary, train, evals)
-    for norm, placement, warmup in [("layer", p, w) for p in ("pre", "post") for w in (0, 50)] + [
-            ("none", "pre", w) for w in (0, 50)]:
-        for seed in seeds:
-            key = (norm, placement, warmup, seed)
-            loss = {("post", 0): math.inf, ("post", 50): 2.3, ("pre", 0): 2.3}.get(
-                (placement, warmup), 2.25)
-            v = change("lr", key, {"loss": loss, "spikes": 2 if norm == "none" else 0})
-            summary = ({"status": "diverged", "diverged_step": 7} if math.isinf(v["loss"]) else
-                       {"status": "completed", "final_eval_loss": v["loss"] + 0.001 * seed})
-            summary["loss_spikes"] = v["spikes"]
-            name = f"norm={norm},placement={placement},warmup_steps={warmup}" + (
-                f",seed={seed}" if seed else "")
-            _write_run(root / "lr_slice" / name,
-                       [f"model.norm={norm}", f"model.placement={placement}",
-                        f"train.warmup_steps={warmup}", f"train.seed={seed}"], summary, {}, {})
-    for alpha, (loss, sat) in DYT_HEALTHY.items():
-        for seed in seeds:
-            v = change("dyt", (alpha, seed), {"loss": loss, "saturation": sat})
-            summary = ({"status": "diverged", "diverged_step": 7} if math.isinf(v["loss"]) else
-                       {"status": "completed", "final_eval_loss": v["loss"] + 0.001 * seed})
-            tags = [f"probe/dyt_saturation/block_{i}" for i in range(LAYERS)]
-            # step 0 never saturates; at the end only the last block does (None: no probe)
-            evals = {0: dict.fromkeys(tags, 0.0), steps: {
-                **dict.fromkeys(tags[:-1], 0.0), tags[-1]: v["saturation"], "loss": v["loss"]}}
-            _write_run(root / "dyt" / (f"dyt_alpha={alpha}" + (f",seed={seed}" if seed else "")),
-                       ["model.norm=dyt", f"model.dyt_alpha={alpha}", f"train.seed={seed}"],
-                       summary, {}, evals if v["saturation"] is not None else {})
-    for group in ("grid", "lr_slice", "dyt"):
-        (root / group / "baselines.json").write_text(json.dumps(BASELINES))
-    (root / "init").mkdir()
-    with open(root / "init" / "grad_profile.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, ["init", "placement", "seed", "last_over_first"])
-        w.writeheader()
-        for placement in ("pre", "post"):
-            for seed in seeds:
-                ratio = change("init", (placement, seed), {"ratio": 2.0 if placement == "post" else 0.8})
-                w.writerow({"init": "xavier", "placement": placement, "seed": seed,
-                            "last_over_first": ratio["ratio"]})
-    (root / "analysis").mkdir()
-    with open(root / "analysis" / "batch_size.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, ["run", "norm", "seed", "mode", "batch_size", "loss", "loss_std"])
-        w.writeheader()
-        for norm in ("layer", "batch", "masked_batch"):
-            for seed in seeds:
-                bn = norm != "layer"
-                v = change("bs", (norm, seed), {
-                    "train": {b: 2.3 + (0.3 / b if bn else 0.0) for b in (1, 2, 4, 8, 16, 64)},
-                    "inference": {b: 2.3 for b in (1, 2, 4, 8, 16, 64)}})
-                for mode in ("train", "inference"):
-                    for b, loss in [*v[mode].items(), ("1x1", 3.0)]:
-                        w.writerow({"run": f"{norm},{seed}", "norm": norm, "seed": seed, "mode": mode,
-                                    "batch_size": b, "loss": loss, "loss_std": 0.1})
-    from tests.test_findings_stream import write_stream_parts  # F10, F12
-
-    write_stream_parts(root, change, seeds)
-    return Reference(root)
-
-
-def verdicts(ref: Reference) -> dict[str, str]:
-    return {f.id: f.verdict for f in C.measure(ref)}
+def verdicts(found: dict) -> dict:
+    return {c: f.verdict for c, f in found.items()}
 
 
 @pytest.fixture(scope="module")
-def healthy(tmp_path_factory):
-    return verdicts(build(tmp_path_factory.mktemp("ref") / "reference"))
+def base(tmp_path_factory) -> Path:
+    """The healthy reference, built once; each flip copies it and rewrites what it changes."""
+    root = tmp_path_factory.mktemp("base") / "reference"
+    build(root)
+    return root
 
 
-# claims whose synthetic reference is built by their own test module
-OWN_MODULE = {"F8": "tests/test_findings_batch.py", "F9": "tests/test_findings_batch.py",
-              "F11": "tests/test_findings_depth.py"}
+@pytest.fixture(scope="module")
+def healthy(base):
+    return {f.id: f for f in P.measure(Reference(base))}  # F13 too
 
 
 def test_every_claim_shows_on_the_healthy_set(healthy):
-    assert {"S", "F1", "F7", *OWN_MODULE} <= set(healthy)
-    assert healthy == {c: "not run" if c in OWN_MODULE else "yes" for c in healthy}
+    assert set(healthy) == {"S", *(f"F{i}" for i in range(1, 15))}
+    expected = {c: "checks only" if c == "F13" else "yes" for c in healthy}
+    assert verdicts(healthy) == expected, {c: (f.parts, f.missing) for c, f in healthy.items()
+                                           if f.verdict != expected[c]}
+    assert all(not p.control for p in healthy["S"].parts)
+    assert [p.control for p in healthy["F2"].parts] == [True, False, False]
 
 
-def _set(kind_, match, **new):
-    def change(kind, key, values):
-        return {**values, **new} if kind == kind_ and match(key) else values
-    return change
-
-
+# claim -> (change, expected verdict): one group's numbers across one evidence part's threshold
 FLIPS = {
-    # claim: a change of one group's numbers across that claim's threshold
-    "S": _set("grid", lambda k: k[:2] == ("layer", "true"), loss=2.5 - F.HEALTHY_BELOW_BIGRAM + 0.01),
-    "F1": _set("grid", lambda k: k[:2] == ("rms", "true"), invariance=2 * F.INVARIANT_MAX),
-    "F2": _set("grid", lambda k: k[:2] == ("batch", "true"), train_mode=2.5 - F.GAP_MIN / 2),
-    "F3": _set("grid", lambda k: k[:2] == ("batch", "true"), precise=2.3 + F.LOSS_MARGIN / 2),
-    "F4": _set("grid", lambda k: k[:2] == ("layer", "false"), rank1=(0.9 - F.COLLAPSE_MARGIN / 2, 0.8)),
-    "F5": _set("grid", lambda k: k[:2] == ("none", "true"), growth=F.GROWTH_FACTOR * 0.9),
-    "F6": _set("init", lambda k: k[0] == "post", ratio=F.PROFILE_GROWTH * 0.9),
-    "F7": _set("bs", lambda k: k[0] == "layer",
-               inference={1: 2.3 + 2 * F.FLAT_MAX, **{b: 2.3 for b in (2, 4, 8, 16, 64)}}),
-    # the plateau α: one seed's saturation just below SATURATED_MIN
-    "F14": _set("dyt", lambda k: k == (1.0, 1), saturation=F.SATURATED_MIN - 0.01),
+    "S": (changing("best", lambda k: k[0] == LN, loss=2.5 - F.HEALTHY_BELOW_BIGRAM + 0.01), "no"),
+    "F1": (changing("best", lambda k: k[0][0] == "batch", invariance=F.DEPENDENT_MIN / 2), "partly"),
+    "F2": (changing("best", lambda k: k[0][0] == "masked_batch", train_mode=2.3 - F.GAP_MIN / 2),
+           "partly"),
+    "F3": (changing("best", lambda k: k[0][0] == "batch", precise=2.3 + F.LOSS_MARGIN / 2), "no"),
+    "F4": (changing("best", lambda k: k[0] == ("layer", "false", "pre", 50),
+                    rank1=(0.9 - F.COLLAPSE_MARGIN / 2, 0.8)), "partly"),
+    "F5": (changing("best", lambda k: k[0][0] == "none", growth=F.GROWTH_FACTOR * 0.9), "partly"),
+    "F6": (changing("init", lambda k: k[0] == "post", ratio=F.PROFILE_GROWTH * 0.9), "partly"),
+    "F7": (changing("bs", lambda k: k[0] == "batch",
+                    train={b: 2.3 + F.SMALL_BATCH_GAP / 2 / b for b in (1, 2, 4, 8, 16, 64)}), "no"),
+    "F8": (changing("composition", lambda k: k[0] == "batch", train=F.DEPENDENT_MIN / 2), "no"),
+    "F9": (changing("pad_to_max", lambda k: k[0] == "batch", precise=2.3 + F.LOSS_MARGIN / 2),
+           "partly"),
+    "F10": (changing("affine", lambda seed: True, loss=2.1 + F.LOSS_MARGIN / 2), "partly"),
+    "F11": (changing("depth", lambda k: k[0] == ("none", "true", "pre") and k[1] == 12,
+                     loss=2.0 + F.LOSS_MARGIN / 2 + 0.05), "partly"),
+    "F12": (changing("stream", lambda k: k[:2] == ("true", "true"),
+                     acc={b: F.IDENTITY_HIGH - 0.01 for b in range(-1, 6)}), "partly"),
+    "F14": (changing("dyt", lambda k: k == (0.2, 2), saturation=F.SATURATED_MIN), "partly"),
 }
 
 
-def test_f2_measures_layer_norm_in_both_modes(tmp_path):
-    """LN's 'no gap' is read from a real train-mode forward (analysis), so it can fail."""
-    change = _set("bs", lambda k: k[0] == "layer",
-                  train={b: 2.3 + 2 * F.GAP_ZERO for b in (1, 2, 4, 8, 16, 64)})
-    got = verdicts(build(tmp_path / "reference", change))
-    assert got["F2"] == "partly"
-
-
 @pytest.mark.parametrize("claim", sorted(FLIPS))
-def test_each_verdict_flips_when_its_number_crosses_the_threshold(claim, healthy, tmp_path):
-    got = verdicts(build(tmp_path / "reference", FLIPS[claim]))
-    assert got[claim] != "yes"
-    assert {c: v for c, v in got.items() if c != claim} == {c: v for c, v in healthy.items() if c != claim}
+def test_each_verdict_flips_when_its_number_crosses_the_threshold(claim, healthy, base, tmp_path):
+    change, expected = FLIPS[claim]
+    got = measured(tmp_path / "reference", change, base=base)
+    assert got[claim].verdict == expected, got[claim].parts
+    others = {c for c in got if c != claim}
+    assert {c: got[c].verdict for c in others} == {c: healthy[c].verdict for c in others}
 
 
-def test_one_seed_that_disagrees_is_enough_to_stop_a_comparison(tmp_path):
-    """Every seed must hold: seed 2 alone gets a masked BN as bad as the naive one."""
-    change = _set("grid", lambda k: k == ("masked_batch", "true", 2), precise=2.6)
-    assert verdicts(build(tmp_path / "reference", change))["F3"] != "yes"
+# (claim, evidence part index) -> change that fails that part alone; every evidence part of every
+# claim is here (checked below), so no part can be a constant
+PART_FLIPS = {
+    ("S", 0): FLIPS["S"][0],
+    ("F1", 0): FLIPS["F1"][0],
+    ("F1", 1): changing("best", lambda k: k[0][0] == "masked_batch", invariance=F.DEPENDENT_MIN / 2),
+    ("F2", 0): changing("best", lambda k: k[0][0] == "batch", train_mode=2.5 - F.GAP_MIN / 2),
+    ("F2", 1): FLIPS["F2"][0],
+    ("F3", 0): FLIPS["F3"][0],
+    ("F4", 0): FLIPS["F4"][0],
+    ("F4", 1): changing("best", lambda k: k[0] == ("layer", "false", "pre", 50),
+                        loss=2.1 + F.LOSS_MARGIN / 2),
+    ("F5", 0): FLIPS["F5"][0],
+    ("F5", 1): changing("lr", lambda k: k[0] == ("none", "true", "pre", 50) and k[1] > 3e-3,
+                        loss=2.4),
+    ("F6", 0): combine(changing("best", lambda k: k[0] == ("layer", "true", "post", 0), loss=2.3),
+                       changing("lr", lambda k: k == (("layer", "true", "post", 0), RATE_GRID[1]),
+                                loss=2.35)),
+    ("F6", 1): changing("best", lambda k: k[0] == ("layer", "true", "pre", 0), loss=2.3),
+    ("F6", 2): FLIPS["F6"][0],
+    ("F7", 0): FLIPS["F7"][0],
+    ("F8", 0): FLIPS["F8"][0],
+    ("F9", 0): changing("padding", lambda k: k[:2] == ("batch", "pad_to_max"),
+                        shift=F.POLLUTION_MIN * 0.9),
+    ("F9", 1): FLIPS["F9"][0],
+    ("F9", 2): changing("small_batch", lambda k: k[0] == "masked_batch", precise=2.6 - F.LOSS_MARGIN / 2),
+    ("F10", 0): FLIPS["F10"][0],
+    ("F10", 1): changing("stream", lambda k: k[:2] == ("true", "true"),
+                         cv={b: F.AFFINE_SPREAD_MIN * 0.9 for b in range(6)}),
+    ("F11", 0): changing("depth", lambda k: k[0] == ("layer", "true", "pre") and k[1:] == (12, 1),
+                         loss=2.3 + F.LOSS_MARGIN + 0.01),
+    ("F11", 1): changing("depth", lambda k: k[0] == ("layer", "true", "post") and k[1:] == (12, 2),
+                         loss=2.0 + 0.05 + F.LOSS_MARGIN - 0.01),
+    ("F11", 2): FLIPS["F11"][0],
+    ("F11", 4): combine(  # its gap grows (from -0.1 to +0.03), yet it is not beaten by the margin
+        changing("depth", lambda k: k[0] == ("none", "true", "pre") and k[1] == 2, loss=2.2),
+        changing("depth", lambda k: k[0] == ("none", "true", "pre") and k[1] == 12, loss=2.03)),
+    ("F11", 3): changing("depth", lambda k: k[0] == ("layer", "false", "pre") and k[1:] == (12, 0),
+                         loss=2.0 + 0.2 + F.LOSS_MARGIN - 0.01),
+    ("F12", 0): FLIPS["F12"][0],
+    ("F12", 1): changing("stream", lambda k: k[:2] == ("true", "false"),
+                         acc={b: 0.98 - F.IDENTITY_DROP / 2 for b in range(-1, 6)}),
+    ("F14", 0): changing("dyt", lambda k: k == (1.0, 1), saturation=F.SATURATED_MIN - 0.01),
+    ("F14", 1): FLIPS["F14"][0],
+}
 
 
-def test_fragility_counts_spikes_as_well_as_divergence(tmp_path):
-    change = _set("lr", lambda k: k[0] == "none", spikes=0)
-    assert verdicts(build(tmp_path / "reference", change))["F5"] == "partly"
+def test_every_evidence_part_has_a_flip(healthy):
+    parts = {(c, i) for c, f in healthy.items() for i, p in enumerate(
+        [p for p in f.parts if not p.control])}
+    assert parts == set(PART_FLIPS)
 
 
-def test_two_seeds_are_not_enough(tmp_path):
-    ref = build(tmp_path / "reference", seeds=(0, 1))
-    found = [f for f in C.measure(ref) if f.id != "F13"]  # F13 computes LN itself, no runs
-    assert all(f.verdict == "not run" for f in found)
-    assert any("needs 3" in m for f in found for m in f.missing)
+@pytest.mark.parametrize("case", sorted(PART_FLIPS), ids=lambda c: f"{c[0]}-{c[1]}")
+def test_each_evidence_part_fails_alone(case, healthy, base, tmp_path):
+    claim, index = case
+    got = measured(tmp_path / "reference", PART_FLIPS[case], [claim], base=base)[claim]
+    shown = [p.shown for p in got.parts if not p.control]
+    assert shown == [i != index for i in range(len(shown))], got.lines
+    assert got.verdict == ("no" if len(shown) == 1 else "partly")
 
 
-def test_the_page_lists_every_claim_with_its_falsifier_and_verdict(tmp_path):
-    ref = build(tmp_path / "reference")
-    found = C.measure(ref)
-    text = C.render(ref, found)
+# claim -> change under which a precondition fails: the claim must read "inconclusive"
+INCONCLUSIVE = {
+    # no norm + residual trains at no rate: its LR sensitivity says nothing about fragility
+    "F5": changing("lr", lambda k: k[0] == ("none", "true", "pre", 50), loss=PLATEAU),
+    # Post-LN trains at no rate even with warm-up: "needs warm-up" cannot be judged
+    "F6": changing("lr", lambda k: k[0] == POST, loss=PLATEAU),
+    # no α of DyT trains: every part of F14 cannot be judged
+    "F14": changing("dyt", lambda k: True, loss=PLATEAU),
+    # Post-LN at the plateau at 2 and 12 blocks: "its gap grows" cannot be judged
+    "F11": changing("depth", lambda k: k[0] == ("layer", "true", "post"), loss=PLATEAU),
+    # both BNs at the plateau: nothing learned to compare
+    "F3": changing("best", lambda k: k[0][0] in ("batch", "masked_batch"), precise=PLATEAU),
+    # a failed control: a per-token norm that depends on its batch is a bug, not a finding
+    "F1": changing("best", lambda k: k[0][0] == "rms", invariance=2 * F.INVARIANT_MAX),
+    "F10": changing("stream", lambda k: k[:2] == ("false", "true"),
+                    cv={b: 2 * F.FLAT_SPREAD_MAX for b in range(6)}),
+}
+
+
+@pytest.mark.parametrize("claim", sorted(INCONCLUSIVE))
+def test_a_failed_precondition_or_control_reads_inconclusive(claim, base, tmp_path):
+    got = measured(tmp_path / "reference", INCONCLUSIVE[claim], [claim], base=base)
+    assert got[claim].verdict == "inconclusive", got[claim].parts
+    assert any(p.shown is None for p in got[claim].parts) or any(
+        p.control and not p.shown for p in got[claim].parts)
+
+
+def test_the_plateau_part_of_f14_is_never_vacuous(base, tmp_path):
+    """With no α at the plateau, 'saturated where it stays at the plateau' cannot be judged; the
+    part over the α that train still counts (here it fails: one trained α is saturated)."""
+    change = combine(changing("dyt", lambda k: k[0] == 1.0, loss=2.45),
+                     changing("dyt", lambda k: k == (0.2, 1), saturation=0.5))
+    parts = measured(tmp_path / "reference", change, ["F14"], base=base)["F14"].parts
+    assert [p.shown for p in parts] == [None, False]
+
+
+def test_pre_ln_needing_warm_up_fails_its_part(base, tmp_path):
+    change = changing("best", lambda k: k[0] == ("layer", "true", "pre", 0), loss=2.1 + 0.2)
+    got = measured(tmp_path / "reference", change, ["F6"], base=base)["F6"]
+    assert [p.shown for p in got.parts] == [True, False, True] and got.verdict == "partly"
+
+
+def test_post_ln_trainable_at_fewer_rates_is_enough_to_need_warm_up(base, tmp_path):
+    """Post-LN without warm-up as good at its best rate, but trainable at fewer rates: it still
+    'needs warm-up' (the range shrinks)."""
+    change = changing("best", lambda k: k[0] == ("layer", "true", "post", 0), loss=2.3)
+    assert measured(tmp_path / "reference", change, ["F6"], base=base)["F6"].verdict == "yes"
+    assert measured(tmp_path / "b", PART_FLIPS[("F6", 0)], ["F6"], base=base)["F6"].verdict == "partly"
+
+
+def test_pre_ln_beating_no_norm_at_depth_is_asked(base, tmp_path):
+    """The texts' ordering: no norm + residual better than Pre-LN at 12 blocks fails F11."""
+    change = changing("depth", lambda k: k[0] == ("none", "true", "pre") and k[1] == 12,
+                      loss=DEPTH[("layer", "true", "pre")][12] - 0.1)
+    f11 = measured(tmp_path / "reference", change, ["F11"], base=base)["F11"]
+    assert f11.parts[-1].shown is False and f11.verdict in ("partly", "no")
+
+
+def test_one_seed_that_disagrees_is_enough_to_stop_a_comparison(base, tmp_path):
+    change = changing("best", lambda k: k == (("masked_batch", "true", "pre", 50), 4), precise=2.6)
+    assert measured(tmp_path / "reference", change, ["F3"], base=base)["F3"].verdict == "no"
+
+
+def test_headline_claims_need_five_seeds(tmp_path):
+    got = measured(tmp_path / "reference", seeds=range(3))
+    for claim in ("S", "F3", "F4", "F5", "F6", "F11"):
+        assert got[claim].verdict == "not run", claim
+        assert any("needs 5" in m for m in got[claim].missing), got[claim].missing
+    assert got["F1"].verdict == "yes"  # 3 seeds are enough where no headline variant is read
+
+
+def test_missing_sub_sweeps_read_not_run(tmp_path):
+    root = tmp_path / "reference"
+    build(root, skip=("depth", "dyt", "small", "analyses"))
+    got = verdicts({c: CLAIMS[c](Reference(root)) for c in RUNS_READ})
+    for claim in ("F2", "F6", "F7", "F8", "F9", "F10", "F11", "F12", "F14"):
+        assert got[claim] == "not run", claim
+    shutil.rmtree(root / "lr")
+    assert CLAIMS["F5"](Reference(root)).verdict == "not run"
+
+
+def test_the_page_shows_every_claim_its_setting_parts_and_the_rate_table(base):
+    ref = Reference(base)
+    found = P.measure(ref)
+    text = P.render_page(ref, found)
     for claim in found:
         assert f"## {claim.id}" in text and claim.falsifier in text
-    # only the claims whose runs this synthetic set does not build read "not run"
-    assert text.count("Not run yet; missing:") == len(set(OWN_MODULE))
+    assert "(control)" in text and "(evidence)" in text
+    assert "`best`: `norm=layer,residual=true,placement=pre,warmup_steps=50` lr 0.003 (5 seeds)" in text
+    assert "## Learning rates" in text and text.count("\n| norm=") >= len(LR_TABLE)
+    assert "Verdict: checks only" in text  # F13
 
 
 def test_committed_findings_are_generated_from_the_committed_runs(monkeypatch):
@@ -229,50 +259,11 @@ def test_committed_findings_are_generated_from_the_committed_runs(monkeypatch):
     monkeypatch.setattr(run_module, "read_scalars", lambda d: reads.update([str(d)]) or real(d))
     root = Path(__file__).resolve().parents[1] / "results"
     ref = Reference(root / "reference")
-    assert C.render(ref, C.measure(ref)) == (root / "README.md").read_text()
-    assert reads and max(reads.values()) == 1
+    assert P.render_page(ref, P.measure(ref)) == (root / "README.md").read_text()
+    assert max(reads.values(), default=1) == 1
 
 
-def test_f7_needs_bn_to_suffer_at_small_batches(tmp_path):
-    change = _set("bs", lambda k: k[0] == "batch",
-                  train={b: 2.3 + F.SMALL_BATCH_GAP / 2 / b for b in (1, 2, 4, 8, 16, 64)})
-    assert verdicts(build(tmp_path / "reference", change))["F7"] == "partly"
-
-
-F14_FLIPS = {
-    # (a): no α ends below bigram (every α between bigram and the unigram plateau)
-    "none below bigram": _set("dyt", lambda k: k[0] != 1.0, loss=BASELINES["bigram"] + 0.05),
-    # (b): a trained α saturated on one seed
-    "trained but saturated": _set("dyt", lambda k: k == (0.2, 2), saturation=F.SATURATED_MIN),
-    # (b): one seed of the plateau α just below SATURATED_MIN
-    "plateau unsaturated": FLIPS["F14"],
-}
-
-
-@pytest.mark.parametrize("case", sorted(F14_FLIPS))
-def test_f14_flips_on_either_part(case, tmp_path):
-    assert FS.f14(build(tmp_path / "reference", F14_FLIPS[case])).verdict == "partly"
-
-
-def test_f14_saturated_min_is_inclusive_and_reads_the_final_probe(tmp_path):
-    """>= SATURATED_MIN counts as saturated; step 0's 0.0 and the unsaturated blocks are ignored."""
-    change = _set("dyt", lambda k: k[0] == 1.0, saturation=F.SATURATED_MIN)  # 0.25: exact in float32
-    assert FS.f14(build(tmp_path / "reference", change)).verdict == "yes"
-
-
-def test_f14_missing_runs_or_probe_read_not_run(tmp_path):
-    ref = build(tmp_path / "a" / "reference", seeds=(0, 1))
-    assert FS.f14(ref).verdict == "not run"
-    no_probe = _set("dyt", lambda k: k == (0.5, 0), saturation=None)
-    f = FS.f14(build(tmp_path / "b" / "reference", no_probe))
-    assert f.verdict == "not run" and any("dyt_saturation" in m for m in f.missing)
-
-
-def test_f14_figure(tmp_path):
-    from trainer.findings.figures import saturation_by_alpha
-
-    ref = build(tmp_path / "reference")
-    path = saturation_by_alpha(ref, ref.root / "dyt" / "plots" / "saturation.png")
-    assert path is not None and path.stat().st_size > 0
-    (tmp_path / "empty").mkdir()
-    assert saturation_by_alpha(Reference(tmp_path / "empty"), tmp_path / "x.png") is None
+def test_a_diverged_run_counts_as_infinitely_bad(base, tmp_path):
+    change = changing("best", lambda k: k[0] == ("layer", "false", "pre", 50), loss=math.inf,
+                      train_mode=None)
+    assert measured(tmp_path / "reference", change, ["F4"], base=base)["F4"].verdict == "yes"

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from tests.conftest import tiny_spec
 from trainer.config import ConfigError, load_config
-from trainer.sweep import SweepSpec, expand_variants, load_spec
+from trainer.sweep import SweepSpec, expand_variants, load_spec, resolve_variants
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,37 +56,61 @@ def test_same_leaf_in_two_sections_uses_full_path():
 
 
 def test_shipped_sweeps_expand_to_valid_configs():
-    for path in (ROOT / "configs/sweeps").glob("*.yaml"):
+    paths = sorted((ROOT / "configs/sweeps").rglob("*.yaml"))
+    assert len(paths) >= 15  # quick, calibration and the 13 pre-registered reference parts
+    for path in paths:
         spec, base = load_spec(path)
         for v in expand_variants(spec):
             load_config(base, v.overrides)
 
 
-REFERENCE_PARTS = {"grid": ["reference_grid_a.yaml", "reference_grid_b.yaml",
-                            "reference_grid_c.yaml", "reference_grid_d.yaml"],
-                   "lr_slice": ["reference_lr.yaml"], "calibration": ["calibration.yaml"],
-                   "depth": ["reference_depth_2.yaml", "reference_depth_12.yaml"],
-                   **{p: [f"reference_{p}.yaml"]
-                      for p in ("pad_to_max", "small_batch", "dyt", "affine")}}
+def test_the_reference_specs_are_the_pre_registered_design():
+    """The rate grid and seed counts of configs/sweeps/reference/ are the ones fixed in
+    trainer/findings/thresholds.py, and lr_a/b/c cover the 15 variants of the table."""
+    from trainer.findings.thresholds import HEADLINE_SEEDS, MIN_SEEDS, RATE_GRID, SHORT_GRID
+
+    specs = {p.stem: load_spec(p)[0] for p in (ROOT / "configs/sweeps/reference").glob("*.yaml")}
+    names = {part: {v.name.rsplit(",lr=", 1)[0] for v in expand_variants(specs[part])}
+             for part in ("lr_a", "lr_b", "lr_c")}
+    assert sum(len(n) for n in names.values()) == len(set().union(*names.values())) == 15
+    for part in ("lr_a", "lr_b", "lr_c"):
+        assert tuple(specs[part].grid["train.lr"]) == RATE_GRID
+        assert specs[part].seeds == [0]
+    best = {v.name.split(",seed=")[0]: v for part in ("best_a", "best_b")
+            for v in expand_variants(specs[part])}
+    assert set(best) == set().union(*names.values())  # the same 15 variants, at their best rate
+    assert len(specs["best_a"].seeds) == len(specs["depth"].seeds) == HEADLINE_SEEDS
+    grids = [p for p in specs if p.startswith("lr_") or p.endswith("_lr")]
+    assert len(grids) == 6 and all(specs[p].seeds == [0] for p in grids)
+    assert all(len(specs[p].seeds) >= MIN_SEEDS for p in specs if p not in grids)
+    for part in ("depth_lr", "dyt_lr", "affine_lr"):
+        assert tuple(specs[part].best_lr["factors"]) == SHORT_GRID
+
+
+REFERENCE_PARTS = {"lr": ["lr_a.yaml", "lr_b.yaml", "lr_c.yaml"],
+                   "best": ["best_a.yaml", "best_b.yaml"],
+                   **{p: [f"{p}.yaml"] for p in ("depth_lr", "depth", "dyt_lr", "dyt", "affine_lr",
+                                                  "affine", "pad_to_max", "small_batch")}}
 
 
 @pytest.mark.parametrize("sub", sorted(REFERENCE_PARTS))
 def test_reference_specs_still_resolve_to_the_committed_run_configs(sub):
-    """Regenerating results/reference reruns exactly the committed configs: a changed default
-    or spec that would silently alter a committed run fails here."""
-    variants = {}
-    for spec_name in REFERENCE_PARTS[sub]:
-        spec, base = load_spec(ROOT / "configs/sweeps" / spec_name)
-        seed = load_config(base, spec.overrides).train.seed
-        variants.update({v.name: (base, v) for v in expand_variants(spec, seed)})
+    """Regenerating results/reference reruns exactly the committed configs, best rates included
+    (``best_lr:`` resolved against the committed grids): a changed default or spec that would
+    silently alter a committed run fails here."""
     committed = sorted(p.parent for p in (ROOT / "results/reference" / sub).glob("*/config.yaml"))
     if not committed:
         pytest.skip(f"results/reference/{sub} has no runs yet (scripts/reference.sh makes them)")
+    variants = {}
+    for spec_name in REFERENCE_PARTS[sub]:
+        path = ROOT / "configs/sweeps/reference" / spec_name
+        spec, base = load_spec(path)
+        found, configs, _ = resolve_variants(spec, path, base)
+        variants.update({v.name: cfg for v, cfg in zip(found, configs)})
     assert {p.name for p in committed} <= set(variants)
     for run in committed:
-        base, variant = variants[run.name]
         expected = OmegaConf.to_container(load_config(run / "config.yaml"))
-        assert OmegaConf.to_container(load_config(base, variant.overrides)) == expected, run.name
+        assert OmegaConf.to_container(variants[run.name]) == expected, run.name
 
 
 def _sweep(tmp_path, *args):

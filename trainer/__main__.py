@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             return reproduce_path(Path(args.run_dir), args.out, args.sample, args.seed,
                                   args.parallel, args.reuse, args.strict)
         elif args.command == "findings":
-            from trainer.findings.core import main as findings_main
+            from trainer.findings.page import main as findings_main
 
             if not Path(args.results_dir).is_dir():
                 raise ConfigError(f"results directory not found: {args.results_dir}")

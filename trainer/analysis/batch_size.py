@@ -1,7 +1,7 @@
 """F7: does a trained model's output for a sequence depend on the batch it is evaluated in?
 
 For each run directory, the model is rebuilt from its config.yaml and restored from its last
-checkpoint; N validation windows of full length (no padding anywhere, so batch size is the only
+checkpoint; N test windows of full length (no padding anywhere, so batch size is the only
 thing that changes) are evaluated in consecutive batches of B sequences for every B, in training
 mode (batch statistics; running statistics untouched) and inference mode (running statistics),
 plus one batch per token of the first position alone (B = 1, T = 1: BN's output is then β).
@@ -47,15 +47,19 @@ def restore(run_dir: Path):
     return cfg, corpus, model
 
 
+# The analyses feed verdicts, so they read the test split, which no choice of scale or rate saw.
+SPLIT = "test"
+
+
 def full_windows(corpus, n: int) -> dict:
-    """The first ``n`` validation windows of full length (``max_len`` positions), one batch."""
+    """The first ``n`` windows of ``SPLIT`` of full length (``max_len`` positions), one batch."""
     from trainer.data import batching
 
-    flat = corpus._ids["validation"][0]
-    starts, lengths, _ = corpus._windows["validation"]
+    flat = corpus._ids[SPLIT][0]
+    starts, lengths, _ = corpus._windows[SPLIT]
     rows = np.flatnonzero(lengths == corpus.max_len)[:n]
     if len(rows) < n:
-        raise ConfigError(f"only {len(rows)} full-length validation windows, {n} asked")
+        raise ConfigError(f"only {len(rows)} full-length {SPLIT} windows, {n} asked")
     return batching.build_batch(flat, starts, lengths, rows, corpus.max_len)
 
 
@@ -132,5 +136,5 @@ def run(run_dirs: list[Path], out: Path, n: int, sizes) -> list[dict]:
 
 main = analysis_main(
     "batch-size", __doc__, run,
-    n=option("--sequences", type=int, default=64, help="validation windows evaluated"),
+    n=option("--sequences", type=int, default=64, help="test windows evaluated"),
     sizes=option("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES)))

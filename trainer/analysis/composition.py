@@ -1,7 +1,7 @@
 """F8: does a sequence's output depend on how many real tokens its batch partners have?
 
 For each run directory the model is restored from its last checkpoint (``batch_size.restore``).
-Each of N validation sequences (the target) is cut to ``max_len // 2`` real tokens (rest pads)
+Each of N test sequences (the target) is cut to ``max_len // 2`` real tokens (rest pads)
 and evaluated in row 0 of a batch of width ``max_len`` twice: once with partners of SHORT real
 length (8 … 16 tokens, rest pads) and once with the same partners at full LONG length. The
 target row and the batch shape are identical; only the partners' real lengths differ, so a
@@ -111,4 +111,4 @@ def run(run_dirs: list[Path], out: Path, n: int) -> list[dict]:
 
 
 main = analysis_main("composition", __doc__, run, n=option(
-    "--sequences", type=int, default=16, help="validation sequences (targets)"))
+    "--sequences", type=int, default=16, help="test sequences (targets)"))

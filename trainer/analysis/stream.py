@@ -1,7 +1,7 @@
 """F10 and F12: what the residual stream still carries, block by block, in trained models.
 
 For each run directory the model is restored from its last checkpoint (``batch_size.restore``)
-and run in inference mode on full-length validation windows (``full_windows``), keeping every
+and run in inference mode on full-length test windows (``full_windows``), keeping every
 block's hidden state (``return_hidden``):
 
 - F12, token identity: a linear softmax probe (W, b), fitted on frozen features with full-batch
@@ -188,6 +188,6 @@ def _check(args) -> None:
 main = analysis_main(
     "stream", __doc__, run, _check,
     train_windows=option("--train-windows", type=int, default=48,
-                         help="validation windows the probes are fitted on"),
+                         help="test windows the probes are fitted on"),
     test_windows=option("--test-windows", type=int, default=16, help="the next windows, scored"),
     steps=option("--steps", type=int, default=PROBE_STEPS, help="Adam steps per probe"))

@@ -1,33 +1,36 @@
-"""Claims F8 (batch composition) and F9 (padding and BN statistics); the rules are ``findings``'.
+"""Claims F7 (batch size), F8 (batch composition) and F9 (padding and BN statistics), from the
+analyses of the best-rate runs' final checkpoints (test-split sequences); the rules are ``core``'s.
 
-F8 — a sequence's logits do not depend on its batch partners' real lengths for per-token norms,
-and do for BN. ``analyze composition`` (``analysis/composition.csv``) evaluates the same
-sequences batched with short and with long real-length partners (same batch width: the only
-change is how many of the partners' positions are real), final checkpoints of the grid's Pre-LN
-+ residual runs, and records max |Δ logits| over the sequences' real positions per mode.
-Parts: ``layer`` and ``rms`` below ``findings.INVARIANT_MAX`` in training mode on every seed;
-``batch`` above ``findings.DEPENDENT_MIN`` in training mode on every seed.
+F7 — ``analyze batch-size`` (``analysis/batch_size.csv``) evaluates the same 64 full-length test
+sequences B at a time, B = 1 … 64, in training and inference mode. Evidence: BN in training mode
+at B = 1 is worse than at B = 64 by ``SMALL_BATCH_GAP``. Controls (hold by construction): LN is
+flat over B in both modes, BN with running statistics is flat over B.
 
-F9 — padding pollutes naive BN statistics, more so as pads grow; masking fixes it.
-``analyze padding`` (``analysis/padding.csv``) feeds each BN checkpoint the training stream
-batched three ways (``CONDITIONS``) and measures at every BN layer
-|mean over all positions − mean over real tokens| / std over real tokens, averaged over
-features and layers. The loss comparison uses the sub-sweeps ``pad_to_max`` and ``small_batch``
-(``configs/sweeps/reference_{pad_to_max,small_batch}.yaml``) next to the grid (bucketed).
-Parts: the pad-to-max shift of ``batch`` >= ``POLLUTION_MIN`` on every seed; pad-to-max shift
-above bucketed (separate intervals); ``masked_batch`` ends better than ``batch`` by
-``findings.LOSS_MARGIN`` (PreciseBN eval loss, as F3) under pad-to-max and under small batches.
+F8 — ``analyze composition`` (``analysis/composition.csv``) evaluates the same sequences batched
+with short and with long real-length partners (same batch width: the only change is how many of
+the partners' positions are real), and records max |Δ logits| over the sequences' real positions
+per mode. Evidence: ``batch`` above ``DEPENDENT_MIN`` in training mode (log scale). Control:
+``layer`` and ``rms`` below ``INVARIANT_MAX`` on every seed.
+
+F9 — ``analyze padding`` (``analysis/padding.csv``) feeds each BN checkpoint the training stream
+batched three ways (``CONDITIONS``) and measures at every BN layer |mean over all positions −
+mean over real tokens| / std over real tokens, averaged over features and layers; the loss
+comparison uses the sub-sweeps ``pad_to_max`` and ``small_batch`` (each variant at its best
+grid rate). Evidence: the pad-to-max shift of ``batch`` >= ``POLLUTION_MIN``; ``masked_batch``
+ends better than ``batch`` by ``LOSS_MARGIN`` (PreciseBN test loss, as F3) under pad-to-max and
+under small batches. Control: the pad-to-max shift is above the bucketed one (the shift is
+proportional to the pad share: arithmetic, not a finding).
 """
 
 from __future__ import annotations
 
-from trainer.findings import thresholds as F
 from trainer.analysis.padding import CONDITIONS
 from trainer.findings.claim import BASE, BN_NORMS, Finding, line
-from trainer.results.metrics import above, beyond, precise_bn_loss
+from trainer.findings.core import GROUP, compare_losses, every_seed
 from trainer.findings.reference import Reference
-from trainer.findings.thresholds import MIN_SEEDS, POLLUTION_MIN
-
+from trainer.findings.thresholds import (DEPENDENT_MIN, FLAT_MAX, INVARIANT_MAX, LOSS_MARGIN,
+                                         MIN_SEEDS, POLLUTION_MIN, SMALL_BATCH_GAP)
+from trainer.results.metrics import beyond, test_loss_precise_bn
 
 
 def _by_seed(rows: list[dict], key: str, **want) -> dict:
@@ -36,9 +39,62 @@ def _by_seed(rows: list[dict], key: str, **want) -> dict:
             if all(r[k] == v for k, v in want.items())}
 
 
-def _need_seeds(f: Finding, csv: str, values: dict, what: str) -> None:
+def _need_seeds(f: Finding, csv: str, values, what: str) -> None:
     if len(values) < MIN_SEEDS:
         f.missing.append(f"{csv}: {what} on {MIN_SEEDS} seeds (has {len(values)})")
+
+
+def f7(ref: Reference) -> Finding:
+    f = Finding("F7", """BN's output depends on the batch size in training mode and not with its
+                    running statistics; LN's depends on neither""",
+                """mean loss of the same 64 full-length test sequences evaluated B at a time, B = 1
+                    … 64, training and inference mode, final checkpoints of the best-rate Pre-LN
+                    and BN runs (`analyze batch-size`)""",
+                f"""BN in training mode at B = 1 not worse than at B = 64 by {SMALL_BATCH_GAP}
+                    nats; LN, or BN with running statistics, moving by > {FLAT_MAX:g} across B is
+                    a failed control""", plot="analysis/batch_size.png")
+    csv = "analysis/batch_size.csv"
+    rows = ref.analysis(f, csv)
+    if f.missing:
+        return f
+
+    def spread(norm: str, mode: str) -> dict:
+        out = {}
+        for seed in sorted({r["seed"] for r in rows if r["norm"] == norm}):
+            xs = [float(r["loss"]) for r in rows if r["norm"] == norm and r["seed"] == seed
+                  and r["mode"] == mode and r["batch_size"] != "1x1"]
+            out[seed] = max(xs) - min(xs) if xs else None
+        return out
+
+    def small_gap(norm: str) -> dict:
+        out = {}
+        for seed in sorted({r["seed"] for r in rows if r["norm"] == norm}):
+            at = {r["batch_size"]: float(r["loss"]) for r in rows if r["norm"] == norm
+                  and r["seed"] == seed and r["mode"] == "train"}
+            sizes = sorted(int(b) for b in at if b != "1x1")
+            out[seed] = at[str(sizes[0])] - at[str(sizes[-1])] if sizes else None
+        return out
+
+    norms = sorted({r["norm"] for r in rows})
+    for norm in ("layer", "batch"):
+        _need_seeds(f, csv, {r["seed"] for r in rows if r["norm"] == norm}, norm)
+    if f.missing:
+        return f
+    for norm in norms:
+        for mode in ("train", "inference"):
+            f.lines.append(line(f"{norm}, {mode} mode, max − min over B", spread(norm, mode)))
+        f.lines.append(line(f"{norm}, training mode, loss(B=1) − loss(B=64)", small_gap(norm)))
+        for mode in ("train", "inference"):  # reported, not part of the verdict
+            f.lines.append(line(f"{norm}, single-token batches (B = 1, T = 1), {mode} mode", {
+                r["seed"]: float(r["loss"]) for r in rows
+                if r["norm"] == norm and r["mode"] == mode and r["batch_size"] == "1x1"}))
+    f.control("LN flat over B in both modes", all(every_seed(spread("layer", m), FLAT_MAX, "below")
+                                                  for m in ("train", "inference")))
+    f.control("BN flat over B with running statistics",
+              every_seed(spread("batch", "inference"), FLAT_MAX, "below"))
+    f.evidence("BN worse at small batches in training mode",
+               beyond(small_gap("batch"), SMALL_BATCH_GAP, "above"))
+    return f
 
 
 def f8(ref: Reference) -> Finding:
@@ -46,10 +102,11 @@ def f8(ref: Reference) -> Finding:
                     for per-token norms (LayerNorm, RMSNorm), and does for BN""",
                 """max |Δ logits| over a half-length sequence's real positions, batched with
                     partners of 8–16 vs full real length (same batch width), max over 16 sequences,
-                    final checkpoints of the grid's Pre-LN + residual runs
+                    final checkpoints of the best-rate Pre + residual runs
                     (`analyze composition`)""",
-                f"""LayerNorm or RMSNorm moving logits by ≥ {F.INVARIANT_MAX:g} in training mode,
-                    or BN by ≤ {F.DEPENDENT_MIN:g}""", plot="analysis/composition.png")
+                f"""BN moving logits by ≤ {DEPENDENT_MIN:g} in training mode (geometric interval);
+                    LayerNorm or RMSNorm moving them by ≥ {INVARIANT_MAX:g} is a failed control""",
+                plot="analysis/composition.png")
     csv = "analysis/composition.csv"
     rows = ref.analysis(f, csv)
     if f.missing:
@@ -63,11 +120,11 @@ def f8(ref: Reference) -> Finding:
     for n in dict.fromkeys(r["norm"] for r in rows):  # masked_batch etc. reported, not judged
         for mode in ("train", "inference"):
             f.lines.append(line(f"{n}, {mode} mode",
-                                _by_seed(rows, "max_abs_delta", norm=n, mode=mode)))
-    f.parts.append(("per-token norms invariant in training mode",
-                    all(beyond(train[n], F.INVARIANT_MAX, "below") for n in ("layer", "rms"))))
-    f.parts.append(("BN depends on the partners in training mode",
-                    beyond(train["batch"], F.DEPENDENT_MIN, "above")))
+                                _by_seed(rows, "max_abs_delta", norm=n, mode=mode), log=True))
+    f.control("per-token norms invariant in training mode",
+              all(every_seed(train[n], INVARIANT_MAX, "below") for n in ("layer", "rms")))
+    f.evidence("BN depends on the partners in training mode",
+               beyond(train["batch"], DEPENDENT_MIN, "above", log=True))
     return f
 
 
@@ -76,14 +133,14 @@ def f9(ref: Reference) -> Finding:
                     it""", """|mean over all positions − mean over real tokens| / std over real
                     tokens (with BN's ε) at every block's BN input, naive `batch`, the training
                     stream batched three ways (`analyze padding`); final eval loss (population
-                    statistics) of `batch` vs `masked_batch` in the pad-to-max and small-batch
-                    sub-sweeps""",
-                f"""a pad-to-max shift < {POLLUTION_MIN} on some seed or not above the bucketed
-                    one, or `masked_batch` not better than `batch` by {F.LOSS_MARGIN} nats under
-                    pad-to-max or under small batches""", plot="analysis/padding.png")
+                    statistics, test split) of `batch` vs `masked_batch` in the pad-to-max and
+                    small-batch sub-sweeps, each at its best grid rate""",
+                f"""a pad-to-max shift < {POLLUTION_MIN} on some seed or over the interval, or
+                    `masked_batch` not better than `batch` by {LOSS_MARGIN} nats under pad-to-max
+                    or under small batches""", plot="analysis/padding.png")
     csv = "analysis/padding.csv"
     rows = ref.analysis(f, csv)
-    loss = {(g, n): ref.per_seed(f, g, precise_bn_loss, norm=n, **BASE)
+    loss = {(g, n): ref.per_seed(f, g, test_loss_precise_bn, norm=n, **BASE)
             for g in ("pad_to_max", "small_batch") for n in BN_NORMS}
     if f.missing:
         return f
@@ -98,22 +155,24 @@ def f9(ref: Reference) -> Finding:
             f.lines.append(line(f"shift, {n}, {c} ({sum(pads.values()) / max(len(pads), 1):.1%} "
                                 "pads in the analysed batches)",
                                 _by_seed(rows, "shift", norm=n, condition=c)))
-    context = Finding("", "", "", "")  # the grid's bucketed losses: context, not in the verdict
+    context = Finding("", "", "", "")  # the bucketed losses (F3): context, not in the verdict
     for n in BN_NORMS:
-        grid = ref.per_seed(context, "grid", precise_bn_loss, norm=n, **BASE)
-        if grid:
-            f.lines.append(line(f"eval loss, {n}, bucketed (grid)", grid))
+        bucketed = ref.per_seed(context, GROUP, test_loss_precise_bn, norm=n, warmup_steps=50,
+                                **BASE)
+        if bucketed:
+            f.lines.append(line(f"test loss, {n}, bucketed ({GROUP})", bucketed))
     for (g, n), v in loss.items():
-        f.lines.append(line(f"eval loss, {n}, {g}", v))
+        f.lines.append(line(f"test loss, {n}, {g}", v))
     f.lines.append("pad fraction of the training stream: " + ", ".join(
         f"{c} {ref.pad_fraction(g):.1%}" for c, g in CONDITIONS.items()))
-    f.parts.append(("pad-to-max pollutes naive BN",
-                    beyond(shift["pad_to_max"], POLLUTION_MIN, "above")))
-    f.parts.append(("more pads, more pollution", above(shift["pad_to_max"], shift["bucketed"])))
+    f.control("more pads, more shift (the shift is proportional to the pad share)",
+              all(shift["pad_to_max"][s] > shift["bucketed"].get(s, float("inf"))
+                  for s in shift["pad_to_max"]))
+    f.evidence("pad-to-max pollutes naive BN", beyond(shift["pad_to_max"], POLLUTION_MIN, "above"))
     for g in ("pad_to_max", "small_batch"):
-        f.parts.append((f"masked BN ends better under {g}",
-                        above(loss[(g, "batch")], loss[(g, "masked_batch")], F.LOSS_MARGIN)))
+        compare_losses(f, ref, f"masked BN ends better under {g}", loss[(g, "batch")],
+                       loss[(g, "masked_batch")], group=g)
     return f
 
 
-CLAIMS: tuple = (f8, f9)
+CLAIMS: tuple = (f7, f8, f9)

@@ -18,6 +18,28 @@ TOKEN_NORMS = ("layer", "rms", "dyt", "none")
 BN_NORMS = ("batch", "masked_batch")
 
 
+@dataclass(frozen=True)
+class Part:
+    """One part of a claim's verdict.
+
+    ``control``: the part holds by construction (LN is the same function in both modes; without
+    γ/β every LN output has norm √C): a check that the implementation is what it says, shown on
+    the page and never counted toward the verdict. Otherwise the part is *evidence*: a
+    measurement that could have come out either way. ``shown`` is None when the part cannot be
+    judged (``why`` says which precondition failed: a compared variant trains at no rate tried,
+    a population is empty); such a part never counts as shown.
+    """
+
+    text: str
+    shown: bool | None
+    control: bool = False
+    why: str = ""
+
+    @property
+    def mark(self) -> str:
+        return "?" if self.shown is None else ("✓" if self.shown else "✗")
+
+
 @dataclass
 class Finding:
     id: str
@@ -25,29 +47,63 @@ class Finding:
     metric: str
     falsifier: str  # the result that would have shown the claim false
     plot: str | None = None  # relative to the reference root
-    parts: list[tuple[str, bool]] = field(default_factory=list)
+    parts: list[Part] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)  # measured values, one markdown line each
     missing: list[str] = field(default_factory=list)
+    used: dict = field(default_factory=dict)  # group -> runs read (for the setting line)
+    files: list[str] = field(default_factory=list)  # analysis files read (the same)
 
     def __post_init__(self):
         # The texts are written as wrapped triple-quoted strings: one space between words.
         self.claim, self.metric, self.falsifier = (" ".join(t.split()) for t in
                                                    (self.claim, self.metric, self.falsifier))
 
+    def evidence(self, text: str, shown: bool | None, why: str = "") -> None:
+        """A part that counts: ``shown`` None (with ``why``) when it cannot be judged."""
+        self.parts.append(Part(text, None if shown is None else bool(shown), False, why))
+
+    def control(self, text: str, shown: bool) -> None:
+        """A part that holds by construction: shown as a check, never counted."""
+        self.parts.append(Part(text, bool(shown), True))
+
     @property
     def verdict(self) -> str:
-        if self.missing:
-            return "not run"
-        shown = [ok for _, ok in self.parts]
-        return "yes" if all(shown) else ("partly" if any(shown) else "no")
+        return verdict(self.parts, bool(self.missing))
 
 
-def fmt_seeds(values: dict) -> str:
-    iv = interval(v for v in values.values())
+VERDICTS = ("yes", "partly", "no", "inconclusive", "checks only", "not run")
+
+
+def verdict(parts: list[Part], missing: bool = False) -> str:
+    """The one verdict rule, over the evidence parts (controls never count):
+
+    - *not run*: some runs or analyses it reads are missing;
+    - *inconclusive*: a control failed (the implementation is not what it says, so nothing
+      measured through it counts), or no evidence part failed but some could not be judged
+      (a precondition failed: never a vacuous truth);
+    - *yes*: every evidence part shows; *no*: none shows and some failed; *partly*: some
+      show and some failed (parts that could not be judged are listed, not counted);
+    - *checks only*: the claim has controls and no evidence part (a definition, demonstrated).
+    """
+    if missing:
+        return "not run"
+    if any(p.control and not p.shown for p in parts):
+        return "inconclusive"
+    evidence = [p for p in parts if not p.control]
+    if not evidence:
+        return "checks only"
+    shown = [p for p in evidence if p.shown]
+    failed = [p for p in evidence if p.shown is False]
+    if not failed:
+        return "yes" if len(shown) == len(evidence) else "inconclusive"
+    return "partly" if shown else "no"
+
+def fmt_seeds(values: dict, log: bool = False) -> str:
+    iv = interval((v for v in values.values()), log)
     per = " / ".join("n/a" if v is None else ("∞" if math.isinf(v) else f"{v:.4g}")
                      for _, v in sorted(values.items()))
     return f"{iv if iv else 'n/a'} (per seed: {per})"
 
 
-def line(name: str, values: dict) -> str:
-    return f"{name}: {fmt_seeds(values)}"
+def line(name: str, values: dict, log: bool = False) -> str:
+    return f"{name}: {fmt_seeds(values, log)}"

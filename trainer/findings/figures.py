@@ -4,10 +4,11 @@
   mid-training and the end, LayerNorm Pre-LN with and without residual, seeds faint around the
   mean. Read left to right for depth, light to dark for training: collapse present at init
   (before any learning) is not an effect of failing to train.
-- ``loss_by_depth.png`` (F11): final eval loss at 2, 6 and 12 blocks per variant.
+- ``loss_by_depth.png`` (F11): final test loss at 2, 6 and 12 blocks per variant.
 - ``ln_numbers.png`` (F13): the two example vectors before and after LayerNorm.
-- ``saturation.png`` (F14): final eval loss and final DyT saturation vs initial α, seeds as
-  points, mean as line, with the baselines and ``SATURATED_MIN`` drawn in.
+- ``saturation.png`` (F14): final test loss, and DyT saturation at step 0 (hollow) and at the
+  end (filled), vs initial α, seeds as points, mean as line, with the baselines and
+  ``SATURATED_MIN`` drawn in.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from trainer.atomic import save_figure  # noqa: E402
 from trainer.results.palette import NORM_COLORS  # noqa: E402
-from trainer.findings.thresholds import SATURATED_MIN
+from trainer.findings.core import GROUP  # noqa: E402
+from trainer.findings.thresholds import SATURATED_MIN  # noqa: E402
 
 WHEN = (("first", "step 0", ":"), ("mid", "mid-training", "--"), ("last", "final", "-"))
 RESIDUAL_COLORS = {"true": NORM_COLORS["layer"], "false": "#7f7f7f"}
@@ -35,13 +37,14 @@ def _at(run, tag: str, which: str):
 
 
 def collapse_by_depth(ref, path: Path) -> Path | None:
-    """F4's figure from the grid's LayerNorm Pre-LN runs; None when they are not there."""
-    runs = {r: [x for x in ref.groups.get("grid", [])
+    """F4's figure from the best-rate LayerNorm Pre-LN runs; None when they are not there."""
+    runs = {r: [x for x in ref.groups.get(GROUP, [])
                 if x.cfg.model.norm == "layer" and x.cfg.model.placement == "pre"
+                and int(x.cfg.train.warmup_steps) == 50
                 and str(x.cfg.model.residual).lower() == r] for r in ("true", "false")}
     if not all(runs.values()):
         return None
-    layers = ref.num_layers("grid")
+    layers = ref.num_layers(GROUP)
     fig, ax = plt.subplots(figsize=(7.5, 4.2), constrained_layout=True)
     drawn = False
     for residual, members in runs.items():
@@ -70,11 +73,11 @@ def collapse_by_depth(ref, path: Path) -> Path | None:
 
 
 def loss_by_depth(ref, path: Path) -> Path | None:
-    """F11's figure: final eval loss vs number of blocks per variant, seeds as dots, mean line
+    """F11's figure: final test loss vs number of blocks per variant, seeds as dots, mean line
     (a diverged seed is drawn as a cross at the top); None without the depth sub-sweeps."""
     from trainer.findings.depth import VARIANTS, depths, losses
 
-    ds = sorted({*depths(ref), ref.num_layers("grid")})
+    ds = sorted({*depths(ref), ref.num_layers(GROUP)})
     if len(ds) < 2:
         return None
     fig, ax = plt.subplots(figsize=(7.5, 4.2), constrained_layout=True)
@@ -92,15 +95,15 @@ def loss_by_depth(ref, path: Path) -> Path | None:
             means.append(sum(vals) / len(vals) if vals and len(finite) == len(vals) else None)
         xs = [d for d, m in zip(ds, means) if m is not None]
         ax.plot(xs, [m for m in means if m is not None], "-o", color=color, lw=2, label=name)
-    base = ref.baselines("grid")
+    base = ref.baselines("depth")
     if base:
         for key, style in (("unigram", ":"), ("bigram", "--")):
             ax.axhline(base[key], color="k", ls=style, lw=1, label=f"{key} baseline")
     ax.set_xscale("log", base=2)
     ax.set_xticks(ds, [str(d) for d in ds])
     ax.set_xlabel("blocks")
-    ax.set_ylabel("final eval loss (nats)")
-    ax.set_title("F11: final loss vs depth (× = diverged)", loc="left")
+    ax.set_ylabel("final test loss (nats)")
+    ax.set_title("F11: test loss vs depth, each at its best rate (× = diverged)", loc="left")
     ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     save_figure(fig, path)
     return path
@@ -108,8 +111,8 @@ def loss_by_depth(ref, path: Path) -> Path | None:
 
 def saturation_by_alpha(ref, path: Path) -> Path | None:
     """F14's figure from the ``dyt`` sub-sweep (× = diverged); None when it is not there."""
-    from trainer.results.metrics import final_loss
     from trainer.findings.stream import dyt_saturation
+    from trainer.results.metrics import test_loss
 
     runs = ref.groups.get("dyt", [])
     if not runs:
@@ -119,7 +122,11 @@ def saturation_by_alpha(ref, path: Path) -> Path | None:
     by = {a: [r for r in runs if float(r.cfg.model.dyt_alpha) == a] for a in alphas}
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), constrained_layout=True)
     color = NORM_COLORS["dyt"]
-    for ax, value in ((axes[0], final_loss), (axes[1], lambda r: dyt_saturation(r, layers))):
+    for a in alphas:  # step 0: saturation before any update (hollow), next to the final one
+        first = [x for x in (dyt_saturation(r, layers, "first") for r in by[a]) if x is not None]
+        axes[1].scatter([a] * len(first), first, facecolors="none", edgecolors=color, s=22,
+                        label="step 0" if a == alphas[0] else None)
+    for ax, value in ((axes[0], test_loss), (axes[1], lambda r: dyt_saturation(r, layers))):
         vals = {a: [value(r) for r in by[a]] for a in alphas}
         finite = [v for vs in vals.values() for v in vs if v is not None and v != float("inf")]
         top = max(finite, default=1.0) * 1.05
@@ -130,7 +137,8 @@ def saturation_by_alpha(ref, path: Path) -> Path | None:
             ax.scatter([a] * len(bad), [top] * len(bad), color=color, marker="x")
         means = [(a, sum(vs) / len(vs)) for a, vs in vals.items()
                  if vs and None not in vs and float("inf") not in vs]
-        ax.plot([a for a, _ in means], [m for _, m in means], "-o", color=color, lw=2, label="mean")
+        ax.plot([a for a, _ in means], [m for _, m in means], "-o", color=color, lw=2,
+                label="mean (final)")
         ax.set_xscale("log")
         ax.set_xticks(alphas, [f"{a:g}" for a in alphas])
         ax.set_xlabel("initial α (model.dyt_alpha)")
@@ -139,7 +147,7 @@ def saturation_by_alpha(ref, path: Path) -> Path | None:
         for key, style in (("unigram", ":"), ("bigram", "--")):
             axes[0].axhline(base[key], color="k", ls=style, lw=1, label=f"{key} baseline")
     axes[1].axhline(SATURATED_MIN, color="k", ls="--", lw=1, label=f"saturated (≥ {SATURATED_MIN:g})")
-    axes[0].set_ylabel("final eval loss (nats)")
+    axes[0].set_ylabel("final test loss (nats)")
     axes[1].set_ylabel("final saturation (max over blocks)")
     axes[1].set_ylim(-0.02, 1.02)
     axes[0].set_title("F14: DyT loss vs α (× = diverged)", loc="left")
@@ -172,7 +180,7 @@ def ln_numbers(path: Path) -> Path:
 
 
 def write_claim_figures(ref) -> list[Path]:
-    out = [collapse_by_depth(ref, ref.root / "grid" / "plots" / "collapse_by_depth.png"),
+    out = [collapse_by_depth(ref, ref.root / GROUP / "plots" / "collapse_by_depth.png"),
            loss_by_depth(ref, ref.root / "depth" / "plots" / "loss_by_depth.png"),
            saturation_by_alpha(ref, ref.root / "dyt" / "plots" / "saturation.png"),
            ln_numbers(ref.root / "analysis" / "ln_numbers.png") if ref.runs else None]

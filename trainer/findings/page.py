@@ -1,48 +1,91 @@
-"""results/README.md as text: the setting, the calibration, one section per claim with its
-numbers, verdict, falsifier and figure, and the runs that never left the unigram plateau."""
+"""results/README.md: the setting, the learning-rate table, one section per claim with its
+setting, numbers, parts (evidence and controls), verdict, falsifier and figure, the runs that
+never left the unigram plateau, and the provenance of every sub-sweep.
+
+    python -m trainer findings results/reference     # or python -m trainer.findings.page
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+from trainer.atomic import write_atomic
+from trainer.findings import batch, core, depth, dynamics, ln, lr, stream
+from trainer.findings.claim import Finding
+from trainer.findings.reference import Reference
 from trainer.results import baselines as bl
 from trainer.results.metrics import finite
 
-VERDICTS = {"yes": "yes", "partly": "**partly**", "no": "**no**", "not run": "not run yet"}
+VERDICTS = {"yes": "yes", "partly": "**partly**", "no": "**no**",
+            "inconclusive": "**inconclusive**", "checks only": "checks only",
+            "not run": "not run yet"}
+# The pre-registration: the commit that fixed the design, the rules and every threshold before
+# any run of this reference (results/PREREGISTRATION.md). Runs made before it are not read.
+PREREGISTRATION = "results/PREREGISTRATION.md"
+
+
+def all_claims() -> tuple:
+    """Every claim function in page order."""
+    return core.CLAIMS + batch.CLAIMS + dynamics.CLAIMS + depth.CLAIMS + ln.CLAIMS + stream.CLAIMS
+
+
+def measure(ref: Reference) -> list[Finding]:
+    """Every claim measured, in page order: S, then F1, F2, … by number."""
+    return sorted((claim(ref) for claim in all_claims()),
+                  key=lambda f: -1 if f.id == "S" else int(f.id.lstrip("F")))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    root = Path(argv[0] if argv else "results/reference")
+    ref = Reference(root)
+    from trainer.findings.figures import write_claim_figures
+
+    write_claim_figures(ref)
+    text = render_page(ref, measure(ref))
+    write_atomic(root.parent / "README.md", text)
+    print(text)
+    return 0
 
 
 def _setting(ref) -> str:
-    runs = ref.groups.get("grid") or ref.runs
+    runs = ref.groups.get(core.GROUP) or ref.runs
     if not runs:
-        return "No reference runs yet."
+        return "No reference runs yet: every claim below reads \"not run yet\"."
     c = runs[0].cfg
     return (f"Setting: {c.model.num_layers} blocks, d={c.model.dim}, {c.model.num_heads} heads, "
             f"FFN {c.model.ffn_dim}, vocabulary {c.data.vocab_size} (byte-level BPE), "
-            f"{c.train.steps} steps of {c.data.tokens_per_batch} tokens, lr {c.train.lr:g}, "
-            f"init `{c.model.init}`, embedded Wikipedia sample, 2 CPU cores; "
+            f"{c.train.steps} steps of {c.data.tokens_per_batch} tokens, warm-up "
+            f"{c.train.warmup_steps} steps unless stated, gradient clipping at "
+            f"{c.train.clip_norm:g}, init `{c.model.init}`, embedded Wikipedia sample, 2 CPU "
+            f"cores; every variant at its own best learning rate (below); "
             f"{len(ref.runs)} runs (commits per sub-sweep under Provenance).")
+
+
+def section_setting(f: Finding, grids: tuple = Reference.grids) -> str:
+    """What a claim read: per sub-sweep, each variant's rate and seed count (a learning-rate
+    grid: its variants and rates), and the analysis files."""
+    parts = []
+    for group, runs in f.used.items():
+        by_variant: dict = {}
+        for r in runs:
+            name = r.variant.split("/", 1)[-1]
+            if group in grids:
+                name = name.split(",lr=")[0]
+            by_variant.setdefault(name, set()).add((float(r.cfg.train.lr), r.seed))
+        cells = []
+        for v, got in sorted(by_variant.items()):
+            n = len({s for _, s in got})
+            cells.append(f"`{v}` lr {', '.join(f'{x:g}' for x in sorted({x for x, _ in got}))} "
+                         f"({n} seed{'s' if n > 1 else ''})")
+        parts.append(f"`{group}`: " + "; ".join(cells))
+    parts += [f"`{path}`" for path in f.files]
+    return "Setting: " + (" — ".join(parts) if parts else "no runs (LN's definition)") + "."
 
 
 def _run_baselines(ref, run) -> dict | None:
     return bl.read_run_baselines(run.path, ref.root / Path(run.name).parts[0])
-
-
-def _calibration(ref) -> list[str]:
-    runs = ref.groups.get("calibration", [])
-    if not runs:
-        return ["No calibration runs committed yet (`configs/sweeps/calibration.yaml`)."]
-    lines = ["| run | vocab | blocks × d | steps × tokens | lr | unigram | bigram | final eval loss "
-             "| below bigram |", "|---|---|---|---|---|---|---|---|---|"]
-    for run in sorted(runs, key=lambda r: r.name):
-        c, b = run.cfg, _run_baselines(ref, run)
-        loss = finite(run.summary.get("final_eval_loss"))
-        gap = f"{b['bigram'] - loss:.3f}" if b and loss is not None else "n/a"
-        lines.append(
-            f"| `{Path(run.name).name}` | {c.data.vocab_size} | {c.model.num_layers} × {c.model.dim} "
-            f"| {c.train.steps} × {c.data.tokens_per_batch} | {c.train.lr:g} "
-            f"| {b['unigram']:.3f} | {b['bigram']:.3f} | {loss:.3f} | {gap} |" if b and loss is not None
-            else f"| `{Path(run.name).name}` | {c.data.vocab_size} | … | | | | | {run.status} | n/a |")
-    return lines
 
 
 def _provenance(ref) -> list[str]:
@@ -54,17 +97,28 @@ def _provenance(ref) -> list[str]:
 
 
 def _plateau(ref) -> list[str]:
-    out = []
+    """Runs at the plateau of their validation tokens (the learning-rate grids: choices) or of
+    their test tokens (the seeds at the chosen rates: verdicts)."""
+    out, judged = [], 0
     for run in ref.runs:
-        b = _run_baselines(ref, run)
-        loss = finite(run.summary.get("final_eval_loss"))
+        if run.name.split("/")[0] in ref.grids:
+            continue  # a grid's rates that do not train are its table's business
+        judged += 1
+        b = (_run_baselines(ref, run) or {}).get("test")
+        loss = finite(run.summary.get("final_test_loss"))
         if bl.at_plateau(loss, b):
             out.append(f"`{run.name}` ({loss:.3f})")
     if not out:
-        return ["No run ends at the unigram plateau."]
-    return [f"Runs that end at the unigram plateau (final eval loss within {bl.PLATEAU_MARGIN} nats "
-            f"of the unigram cross-entropy: token frequencies learned, context unused) are "
-            f"compared apart: {len(out)} of {len(ref.runs)}: " + ", ".join(out) + "."]
+        return ["No run at a chosen rate ends at the unigram plateau."]
+    return [f"Runs at their variant's chosen rate that end at the unigram plateau (final test loss "
+            f"within {bl.PLATEAU_MARGIN} nats of the unigram cross-entropy: token frequencies "
+            f"learned, context unused): {len(out)} of {judged}: " + ", ".join(out) + "."]
+
+
+def _part(p) -> str:
+    kind = "control" if p.control else "evidence"
+    why = f" — cannot be judged: {p.why}" if p.shown is None else ""
+    return f"- {p.mark} {p.text} ({kind}){why}"
 
 
 def _cell(text: str) -> str:
@@ -78,10 +132,21 @@ def render_page(ref, findings) -> str:
         f"Generated by `python -m trainer findings results/{name}` from the runs under "
         f"`results/{name}/` (made by `scripts/reference.sh`); do not edit by hand.", "",
         _setting(ref), "",
-        "Rules, fixed in `trainer/findings/thresholds.py` before the runs: ≥ 3 seeds per compared "
-        "variant; a value reads mean ± 95 % t-interval [min, max] (per seed); a comparison shows "
-        "only when it holds for every seed and the intervals do not overlap; a claim with several "
-        "parts is *yes* only when every part shows.", "",
+        f"Rules, fixed before any of these runs ([pre-registration]({Path(PREREGISTRATION).name}); "
+        "thresholds in `trainer/findings/thresholds.py`, verdicts in "
+        "`trainer/findings/claim.py`): every variant runs at its own best learning rate, chosen "
+        "on the validation split; every verdict reads the test split, which no choice saw. ≥ 3 "
+        "seeds per compared variant (≥ 5 for S, F3–F6, F11); a value reads mean ± 95 % "
+        "t-interval [min, max] (per seed), maxima and ratios as geometric means with the interval "
+        "of their logarithms; a comparison shows only when it holds for every seed and the "
+        "intervals do not overlap, a threshold only when every seed and the whole interval clear "
+        "it. A part is *evidence* (✓ shows, ✗ does not, ? cannot be judged: its precondition "
+        "failed) or a *control* (holds by construction: a check that the implementation is what "
+        "it says, never counted). Verdict: *yes* when every evidence part shows, *partly* when "
+        "some do and some do not, *no* when none does, *inconclusive* when a control failed or "
+        "no part failed but some could not be judged, *checks only* for a claim with controls "
+        "alone.", "",
+        *lr.section(ref), "",
         "| id | claim | verdict | it would have been false if |", "|---|---|---|---|",
     ]
     for f in findings:
@@ -92,12 +157,16 @@ def render_page(ref, findings) -> str:
         if f.missing:
             lines.append("Not run yet; missing: " + "; ".join(f.missing) + ".")
         else:
+            lines += [section_setting(f), ""]
             lines += [f"- {line}" for line in f.lines]
-            lines += [""] + [f"- {'✓' if ok else '✗'} {part}" for part, ok in f.parts]
+            lines += [""] + [_part(p) for p in f.parts]
         lines += ["", f"Verdict: {VERDICTS[f.verdict]}. Falsified by: {f.falsifier}."]
         if f.plot and (ref.root / f.plot).is_file():
             lines += ["", f"![{f.id}]({name}/{f.plot})"]
-    lines += ["", "## Calibration: the scale", "", *_calibration(ref),
-              "", "## Runs at the plateau", "", *_plateau(ref),
+    lines += ["", "## Runs at the plateau", "", *_plateau(ref),
               "", "## Provenance", "", *_provenance(ref)]
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,45 +11,80 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import yaml
+
 from trainer.atomic import read_json
+from trainer.findings.thresholds import MIN_SEEDS
 from trainer.results.baselines import FILE as BASELINES_FILE
 from trainer.results.metrics import finite, mean
 from trainer.results.run import load_runs
-from trainer.findings.thresholds import MIN_SEEDS
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-
-def _flat(cfg) -> dict:
-    return {**cfg.model, **cfg.data, **cfg.train}
+def _flat(path: Path) -> dict:
+    """A run's model/data/train values as lower-case strings (plain YAML, no schema: a reference
+    holds hundreds of runs and the claims look each up many times)."""
+    with open(path / "config.yaml", encoding="utf-8") as fh:
+        cfg = yaml.load(fh, Loader=_Loader)
+    return {k: str(v).lower() for section in ("model", "data", "train")
+            for k, v in (cfg.get(section) or {}).items()}
 
 
 class Reference:
+    # Sub-sweeps that are learning-rate grids (choices, read on validation), not seeds at a
+    # chosen rate (verdicts, read on test).
+    grids = ("lr", "depth_lr", "dyt_lr", "affine_lr")
+
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.runs = load_runs(self.root) if self.root.is_dir() else []
         self.groups: dict[str, list] = {}
+        self._values: dict[Path, dict] = {}
         for run in self.runs:
             self.groups.setdefault(Path(run.name).parts[0], []).append(run)
+
+    def values(self, run) -> dict:
+        """``_flat`` of ``run``, read once."""
+        if run.path not in self._values:
+            self._values[run.path] = _flat(run.path)
+        return self._values[run.path]
 
     def select(self, finding, group: str, **want) -> list:
         """Runs of sub-sweep ``group`` whose config matches ``want`` (model/data/train keys);
         records a missing entry on ``finding`` when there are none."""
+        want = {k: str(v).lower() for k, v in want.items()}
         found = [r for r in self.groups.get(group, [])
-                 if all(str(_flat(r.cfg)[k]).lower() == str(v).lower() for k, v in want.items())]
+                 if all(self.values(r).get(k) == v for k, v in want.items())]
         if not found:
             finding.missing.append(f"{group}: {_describe(want)}")
         return found
 
-    def per_seed(self, finding, group: str, fn, **want) -> dict:
-        """Seed -> ``fn(run)`` of the matching runs; fewer than MIN_SEEDS seeds is missing too."""
+    def per_seed(self, finding, group: str, fn, seeds: int = MIN_SEEDS, **want) -> dict:
+        """Seed -> ``fn(run)`` of the matching runs; fewer than ``seeds`` seeds is missing too.
+        The run's config is recorded for the finding's setting line."""
         runs = self.select(finding, group, **want)
-        if runs and len({r.seed for r in runs}) < MIN_SEEDS:
+        seed = {id(r): int(self.values(r)["seed"]) for r in runs}
+        if runs and len(set(seed.values())) < seeds:
             finding.missing.append(f"{group}: {_describe(want)} has {len(runs)} seed(s), "
-                                   f"needs {MIN_SEEDS}")
-        return {r.seed: fn(r) for r in sorted(runs, key=lambda r: r.seed)}
+                                   f"needs {seeds}")
+        for r in runs:
+            finding.used.setdefault(group, []).append(r)
+        return {seed[id(r)]: fn(r) for r in sorted(runs, key=lambda r: seed[id(r)])}
 
-    def baselines(self, group: str) -> dict | None:
-        return read_json(self.root / group / BASELINES_FILE) or None
+    def lr_variant(self, finding, **want):
+        """The learning-rate grid of the variant matching ``want`` (``findings.lr.variant``)."""
+        from trainer.findings.lr import variant
+
+        return variant(self, finding, **want)
+
+    def baselines(self, group: str, split: str = "test") -> dict | None:
+        """Unigram/bigram cross-entropy of ``split``'s tokens ("test": what verdicts read;
+        "validation": what choices read), or None when not computed."""
+        found = read_json(self.root / group / BASELINES_FILE) or None
+        if found is None or split == "validation":
+            return found
+        return found.get("test")
 
     def num_layers(self, group: str) -> int:
         runs = self.groups.get(group) or self.runs
@@ -68,6 +103,7 @@ class Reference:
         if not path.is_file():
             finding.missing.append(f"{group}/grad_profile.csv")
             return {}
+        finding.files.append(f"{group}/grad_profile.csv")
         out: dict = {}
         with open(path, newline="") as fh:
             for row in csv.DictReader(fh):
@@ -81,6 +117,7 @@ class Reference:
         if not path.is_file():
             finding.missing.append(relpath)
             return []
+        finding.files.append(relpath)
         with open(path, newline="") as fh:
             rows = list(csv.DictReader(fh))
         for row in rows:

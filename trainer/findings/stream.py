@@ -1,26 +1,27 @@
 """Claims F10 (γ/β), F12 (token identity through depth) and F14 (DyT saturation); the rules are
-``findings``'.
+``core``'s.
 
-F10 — γ and β restore what normalisation removes. Sub-sweep ``affine``
-(``configs/sweeps/reference_affine.yaml``: Pre-LN + residual with ``model.norm_affine=false``)
-next to the grid's Pre-LN + residual. ``analyze stream`` (``analysis/stream.csv``) measures the
+F10 — γ and β restore what normalisation removes. Sub-sweep ``affine`` (Pre-LN + residual with
+``model.norm_affine=false``, at its own best rate from the short grid ``affine_lr``) next to
+``best``'s Pre-LN + residual. ``analyze stream`` (``analysis/stream.csv``) measures the
 coefficient of variation (std/mean over real tokens) of the per-token L2 norm of the last
-block's LN output. Parts: without γ/β the final eval loss is worse by ``findings.LOSS_MARGIN``
-(separate intervals); with γ/β the CV is >= ``AFFINE_SPREAD_MIN`` on every seed and without it
-<= ``FLAT_SPREAD_MAX`` on every seed.
+block's LN output. Evidence: without γ/β the test loss is worse by ``LOSS_MARGIN`` (separate
+intervals); with γ/β the CV is >= ``AFFINE_SPREAD_MIN``. Control: without γ/β the CV is <=
+``FLAT_SPREAD_MAX`` on every seed (every LN output has norm √C by definition).
 
 F12 — the residual keeps each token's identity. ``analyze stream`` fits a linear softmax probe
 (frozen features, Adam) that decodes the input token id at position t from block i's output at
-t, on held-out positions; final checkpoints of the grid's Pre-LN runs with and without residual.
-Parts: with the residual the last block's accuracy is >= ``IDENTITY_HIGH`` on every seed;
-without it the last block's accuracy is lower by ``IDENTITY_DROP`` (separate intervals).
+t, on held-out positions; final checkpoints of ``best``'s Pre-LN runs with and without
+residual. Evidence: with the residual the last block's accuracy is >= ``IDENTITY_HIGH``; without
+it the last block's accuracy is lower by ``IDENTITY_DROP`` (separate intervals).
 
 F14 — DyT (γ·tanh(α·x) + β) trains where α keeps tanh out of saturation. Sub-sweep ``dyt``
-(``configs/sweeps/reference_dyt.yaml``: ``model.dyt_alpha`` ∈ {0.05, 0.2, 0.5, 1.0}, Pre +
-residual) logging ``probe/dyt_saturation/block_i`` (share of real tokens' features with
-|α·x| > ``SATURATION_X``). Parts: at some α DyT ends below bigram on every seed; every α whose
-mean final loss is at the unigram plateau has final saturation (max over blocks) >=
-``SATURATED_MIN`` on every seed, and every α that ends below bigram has it below.
+(``model.dyt_alpha`` ∈ ``DYT_ALPHAS``, Pre + residual, each α at its own best rate from the
+short grid ``dyt_lr``) logging ``probe/dyt_saturation/block_i`` (share of real tokens' features
+with |α·x| > ``SATURATION_X``). Precondition: some α ends below bigram (test) on every seed;
+when none does, every part is inconclusive. Evidence: every α at the unigram plateau has final
+saturation (max over blocks) >= ``SATURATED_MIN`` on every seed (inconclusive when no α is at the
+plateau), and every α that ends below bigram has it below (never vacuous: some α does).
 """
 
 import math
@@ -28,7 +29,8 @@ import math
 from trainer.results.baselines import at_plateau
 from trainer.findings.claim import Finding, line
 from trainer.findings.claim import BASE
-from trainer.results.metrics import above, beyond, final_loss, final_probe, finite, interval
+from trainer.findings.core import GROUP, compare_losses, every_seed
+from trainer.results.metrics import above, beyond, final_probe, finite, interval, test_loss
 from trainer.findings.reference import Reference
 from trainer.telemetry.definitions import SATURATION_X  # F14's probe threshold
 from trainer.findings.thresholds import (AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX, IDENTITY_DROP, IDENTITY_HIGH,
@@ -58,23 +60,25 @@ def _stream(f, rows: list[dict], column: str, block: int, **want) -> dict:
 def f10(ref: Reference) -> Finding:
     f = Finding("F10", """LN's γ and β restore what normalisation removes: without them every token
                     leaves LN with the same norm (√C), and the model trains worse""",
-                """final eval loss of Pre-LN + residual with γ/β (grid) and without
-                    (`model.norm_affine=false`, sub-sweep `affine`); coefficient of variation (std
+                """final test loss of Pre-LN + residual with γ/β (`best`) and without
+                    (`model.norm_affine=false`, sub-sweep `affine`), each at its best rate; coefficient of variation (std
                     / mean over real tokens) of the per-token L2 norm of the last block's
                     attention-LN output, final checkpoints (`analyze stream`)""",
-                f"""LN without γ/β not worse by {LOSS_MARGIN} nats, a CV with γ/β below
-                    {AFFINE_SPREAD_MIN}, or one without γ/β above {FLAT_SPREAD_MAX:g}""",
+                f"""LN without γ/β not worse by {LOSS_MARGIN} nats, or a CV with γ/β below
+                    {AFFINE_SPREAD_MIN}; one without γ/β above {FLAT_SPREAD_MAX:g} is a failed
+                    control""",
                 plot="analysis/stream.png")
-    loss = {"true": ref.per_seed(f, "grid", final_loss, norm="layer", **BASE),
-            "false": ref.per_seed(f, "affine", final_loss, norm="layer", norm_affine="false",
+    loss = {"true": ref.per_seed(f, GROUP, test_loss, norm="layer", norm_affine="true",
+                                 warmup_steps=50, **BASE),
+            "false": ref.per_seed(f, "affine", test_loss, norm="layer", norm_affine="false",
                                   **BASE)}
     rows = ref.analysis(f, STREAM_CSV)
-    last = ref.num_layers("grid") - 1
+    last = ref.num_layers(GROUP) - 1
     spread = {a: _stream(f, rows, "norm_output_cv", last, norm="layer", norm_affine=a, **BASE_ROW)
               for a in ("true", "false")}
     if f.missing:
         return f
-    f.lines += [line(f"eval loss, {WITH[a]}", v)
+    f.lines += [line(f"test loss, {WITH[a]}", v)
                 for a, v in loss.items()]
     f.lines += [line(f"CV of the last block's LN output norms, {WITH[a]}", v)
                 for a, v in spread.items()]
@@ -82,11 +86,10 @@ def f10(ref: Reference) -> Finding:
         f.lines.append(line(f"CV of the last block's stream norms, {WITH[a]}",
                             _stream(None, rows, "stream_norm_cv", last, norm="layer",
                                     norm_affine=a, **BASE_ROW)))
-    f.parts.append(("trains worse without γ/β", above(loss["false"], loss["true"], LOSS_MARGIN)))
-    f.parts.append(("γ/β spread the output norms",
-                    beyond(spread["true"], AFFINE_SPREAD_MIN, "above")))
-    f.parts.append(("without γ/β every token has the same norm",
-                    beyond(spread["false"], FLAT_SPREAD_MAX, "below")))
+    compare_losses(f, ref, "trains worse without γ/β", loss["false"], loss["true"], group="affine")
+    f.evidence("γ/β spread the output norms", beyond(spread["true"], AFFINE_SPREAD_MIN, "above"))
+    f.control("without γ/β every token has the same norm (√C by definition)",
+              every_seed(spread["false"], FLAT_SPREAD_MAX, "below"))
     return f
 
 
@@ -96,12 +99,12 @@ def f12(ref: Reference) -> Finding:
                     without it""",
                 """held-out accuracy of a linear softmax probe decoding the input token at position
                     t from block i's output at t (frozen features, Adam), final checkpoints of the
-                    grid's Pre-LN runs with and without residual (`analyze stream`)""",
+                    best-rate Pre-LN runs with and without residual (`analyze stream`)""",
                 f"""the last block's accuracy with the residual at or below {IDENTITY_HIGH}, or
                     without it not lower by {IDENTITY_DROP} (separate intervals)""",
                 plot="analysis/stream.png")
     rows = ref.analysis(f, STREAM_CSV)
-    last = ref.num_layers("grid") - 1
+    last = ref.num_layers(GROUP) - 1
     want = dict(norm="layer", norm_affine="true")
     acc = {r: _stream(f, rows, "probe_accuracy", last, residual=r, **want)
            for r in ("true", "false")}
@@ -113,9 +116,9 @@ def f12(ref: Reference) -> Finding:
             name = "embedding output" if block < 0 else f"block {block}"
             if values:
                 f.lines.append(line(f"{name}, residual={r}", values))
-    f.parts.append(("the last block keeps the token with the residual",
-                    beyond(acc["true"], IDENTITY_HIGH, "above")))
-    f.parts.append(("and loses it without", above(acc["true"], acc["false"], IDENTITY_DROP)))
+    f.evidence("the last block keeps the token with the residual",
+               beyond(acc["true"], IDENTITY_HIGH, "above"))
+    f.evidence("and loses it without", above(acc["true"], acc["false"], IDENTITY_DROP))
     return f
 
 
@@ -140,43 +143,49 @@ def _at_least(values: dict, threshold: float) -> bool:
 
 def f14(ref) -> Finding:
     f = Finding("F14", "DyT (γ·tanh(α·x) + β) trains where α keeps tanh out of saturation",
-                f"""per initial α (`model.dyt_alpha`; Pre placement + residual): final eval loss
-                    and final saturation, the largest share over blocks of real tokens' features
-                    with |α·x| > {SATURATION_X:g} at the first norm (`probe/dyt_saturation`, α the
-                    learned value)""",
-                f"""no α ending below bigram on every seed; or an α at the unigram plateau (mean
-                    within {PLATEAU_MARGIN} nats) with saturation < {SATURATED_MIN} on some seed;
-                    or an α below bigram with saturation ≥ {SATURATED_MIN} on some seed""",
+                f"""per initial α (`model.dyt_alpha`; Pre placement + residual, each α at its own
+                    best rate): final test loss, and saturation at step 0 and at the end: the
+                    largest share over blocks of real tokens' features with |α·x| >
+                    {SATURATION_X:g} at the first norm (`probe/dyt_saturation`, α the current
+                    value)""",
+                f"""an α at the unigram plateau (mean within {PLATEAU_MARGIN} nats) with final
+                    saturation < {SATURATED_MIN} on some seed; or an α below bigram with saturation
+                    ≥ {SATURATED_MIN} on some seed (inconclusive when no α trains)""",
                 plot="dyt/plots/saturation.png")
     layers = ref.num_layers("dyt")
     runs = {a: ref.per_seed(f, "dyt", lambda r: r, dyt_alpha=a) for a in DYT_ALPHAS}
-    loss = {a: {s: final_loss(r) for s, r in rs.items()} for a, rs in runs.items()}
+    loss = {a: {s: test_loss(r) for s, r in rs.items()} for a, rs in runs.items()}
     sat = {a: {s: dyt_saturation(r, layers) for s, r in rs.items()} for a, rs in runs.items()}
     base = ref.baselines("dyt")
     if base is None:
-        f.missing.append("dyt/baselines.json")
+        f.missing.append("dyt/baselines.json with the test split")
     for a in DYT_ALPHAS:  # a run that ended without its numbers (not a diverged one) is missing
         if any(v is None for v in loss[a].values()):
-            f.missing.append(f"dyt: dyt_alpha={a} without a final eval loss")
+            f.missing.append(f"dyt: dyt_alpha={a} without a final test loss")
         if any(v is None and loss[a].get(s) != math.inf for s, v in sat[a].items()):
             f.missing.append(f"dyt: dyt_alpha={a} without probe/dyt_saturation")
     if f.missing:
         return f
-    f.lines.append(f"unigram {base['unigram']:.4g}, bigram {base['bigram']:.4g} nats")
+    f.lines.append(f"test tokens: unigram {base['unigram']:.4g}, bigram {base['bigram']:.4g} nats")
     for a in DYT_ALPHAS:
-        f.lines += [line(f"α = {a}, final eval loss", loss[a]),
-                    line(f"α = {a}, final saturation", sat[a]),
-                    line(f"α = {a}, saturation at step 0 (reported)",
-                         {s_: dyt_saturation(r, layers, "first") for s_, r in runs[a].items()})]
+        rate = sorted({float(r.cfg.train.lr) for r in runs[a].values()})
+        f.lines += [line(f"α = {a} (lr {', '.join(f'{x:g}' for x in rate)}), final test loss",
+                         loss[a]),
+                    line(f"α = {a}, saturation at step 0",
+                         {s_: dyt_saturation(r, layers, "first") for s_, r in runs[a].items()}),
+                    line(f"α = {a}, final saturation", sat[a])]
     plateau = [a for a in DYT_ALPHAS if at_plateau(interval(loss[a].values()).mean, base)]
-    below = [a for a in DYT_ALPHAS if all(x < base["bigram"] for x in loss[a].values())]
+    below = [a for a in DYT_ALPHAS if beyond(loss[a], base["bigram"], "below")]
     f.lines.append(f"at the unigram plateau: α ∈ {{{', '.join(map(str, plateau))}}}; "
-                   f"below bigram on every seed: α ∈ {{{', '.join(map(str, below))}}}")
-    f.parts.append(("some α ends below bigram",
-                    any(beyond(loss[a], base["bigram"], "below") for a in DYT_ALPHAS)))
-    f.parts.append(("saturated at the plateau, unsaturated where it trains",
-                    all(_at_least(sat[a], SATURATED_MIN) for a in plateau)
-                    and all(beyond(sat[a], SATURATED_MIN, "below") for a in below)))
+                   f"below bigram: α ∈ {{{', '.join(map(str, below))}}}")
+    if not below:
+        f.evidence("DyT trains at some α", None, "no α ends below bigram at its best rate")
+        return f
+    f.evidence("saturated where it stays at the plateau",
+               all(_at_least(sat[a], SATURATED_MIN) for a in plateau) if plateau else None,
+               "" if plateau else "no α ends at the plateau")
+    f.evidence("unsaturated where it trains",
+               all(beyond(sat[a], SATURATED_MIN, "below") for a in below))
     return f
 
 

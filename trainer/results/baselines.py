@@ -1,7 +1,8 @@
 """Count-based baselines a language model must beat: unigram and add-k smoothed bigram.
 
 Both are cross-entropies (nats per token) of the *same* evaluation tokens the runs' eval loss is
-measured on (the fixed validation batches of ``data.eval_batches``), with counts taken from the
+measured on (the fixed validation batches of ``data.eval_batches``), and under ``"test"`` of the
+test batches the final test loss is measured on (what verdicts read), with counts taken from the
 train split's windows as the model sees them (input id -> target id):
 
 - unigram: p(t) = (c(t) + k) / (N + k V): what a model that learned token frequencies alone
@@ -71,17 +72,23 @@ def compute(train_pairs: tuple[np.ndarray, np.ndarray], eval_pairs: tuple[np.nda
             "eval_tokens": int(len(et)), "train_tokens": int(len(t))}
 
 
+def _eval_pairs(batches: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """(input id, target id) of every real position of the evaluation batches."""
+    mask = np.concatenate([b["mask"].ravel() for b in batches]) > 0
+    eval_s = np.concatenate([b["inputs"].ravel() for b in batches])[mask].astype(np.int64)
+    eval_t = np.concatenate([b["targets"].ravel() for b in batches])[mask].astype(np.int64)
+    return eval_s, eval_t
+
+
 def from_corpus(corpus) -> dict:
     """Baselines of a prepared ``trainer.data.Corpus`` on its evaluation batches."""
     flat = corpus._ids["train"][0]
     starts, lengths, _ = corpus._windows["train"]
     train = _pairs(flat, starts, lengths)
     held = np.repeat(np.arange(len(starts)) % HELD_OUT == HELD_OUT - 1, lengths)
-    batches = corpus.eval_batches("validation")
-    mask = np.concatenate([b["mask"].ravel() for b in batches]) > 0
-    eval_s = np.concatenate([b["inputs"].ravel() for b in batches])[mask].astype(np.int64)
-    eval_t = np.concatenate([b["targets"].ravel() for b in batches])[mask].astype(np.int64)
-    out = compute(train, (eval_s, eval_t), corpus.vocab_size, held)
+    out = compute(train, _eval_pairs(corpus.eval_batches("validation")), corpus.vocab_size, held)
+    test = compute(train, _eval_pairs(corpus.eval_batches("test")), corpus.vocab_size, held)
+    out["test"] = {k: test[k] for k in ("unigram", "bigram", "eval_tokens")}
     return {**out, "dataset_fingerprint": corpus.fingerprint,
             "tokenizer_hash": corpus.tokenizer_hash, "eval_batches": int(corpus.data_cfg.eval_batches)}
 
@@ -95,7 +102,7 @@ def baselines_for(data_cfg) -> dict:
     key = f"{corpus.fingerprint}-{corpus.tokenizer_hash}-{int(data_cfg.eval_batches)}-{corpus.max_len}"
     path = sources.cache_root(data_cfg) / "baselines" / f"{key}.json"
     cached = read_json(path)
-    if cached:
+    if cached and "test" in cached:  # older files lack the test split's values
         return cached
     out = from_corpus(corpus)
     write_json(path, out)
@@ -112,7 +119,7 @@ def data_key(cfg) -> str:
 
 def _ensure(path: Path, data_cfg, key: str) -> dict | None:
     saved = read_json(path)
-    if saved.get("data") == key:
+    if saved.get("data") == key and "test" in saved:  # older files lack the test split's values
         return saved
     try:
         out = {**baselines_for(data_cfg), "data": key}

@@ -6,7 +6,10 @@ the plots and the findings all call these (a run is a :class:`trainer.results.ru
 A comparison *shows* only when it holds for every seed and the groups' 95 % intervals do not
 overlap; a threshold test only when every seed passes and the whole interval lies beyond the
 threshold. With 3 seeds the t quantile is 4.30, so an interval is wide unless the seeds agree:
-that is the point.
+that is the point. One rule for every claim; the only choice per quantity is its scale: positive
+heavy-tailed quantities (maxima over positions or sequences, ratios) are judged on their
+logarithms (``log=True``: the interval of the geometric mean), since a t-interval of three
+maxima such as 44.7 / 17.5 / 25.0 reaches below zero, which such a quantity cannot.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from dataclasses import dataclass
 from scipy import stats
 
 CONFIDENCE = 0.95
+# On a log scale, a value of exactly 0 (a per-token norm's |Δ logits|) counts as this: far below
+# float32 resolution of any logit, and finite.
+LOG_FLOOR = 1e-12
 
 
 def finite(x) -> float | None:
@@ -31,6 +37,29 @@ def final_loss(run) -> float | None:
     if run.status == "diverged":
         return math.inf
     return finite(run.summary.get("final_eval_loss"))
+
+
+def test_loss(run) -> float | None:
+    """Final test loss (inference mode; the split no choice of scale, rate or steps read), what
+    verdicts are judged on; a diverged run counts as infinitely bad."""
+    if run.status == "diverged":
+        return math.inf
+    return finite(run.summary.get("final_test_loss"))
+
+
+def test_loss_precise_bn(run) -> float | None:
+    """Final test loss with population BN statistics (PreciseBN), or None (not a BN run)."""
+    if run.status == "diverged":
+        return math.inf
+    return finite(run.summary.get("final_test_loss_precise_bn"))
+
+
+def test_gap(run, precise: bool = False) -> float | None:
+    """Train/inference gap on the test split: inference-mode test loss (EMA running statistics,
+    or population statistics with ``precise``) minus the same batches with batch statistics."""
+    loss = finite(run.summary.get("final_test_loss_precise_bn" if precise else "final_test_loss"))
+    train_mode = finite(run.summary.get("final_test_loss_train_mode"))
+    return None if loss is None or train_mode is None else loss - train_mode
 
 
 def precise_bn_loss(run) -> float | None:
@@ -84,19 +113,26 @@ def mean_std(values) -> tuple[float | None, float | None]:
 
 @dataclass(frozen=True)
 class Interval:
-    """Mean of per-seed values with its 95 % t-interval (``half`` = 0 for one value) and range."""
+    """Mean of per-seed values with its 95 % t-interval (``half`` = 0 for one value) and range.
+
+    ``log``: computed on the logarithms and mapped back: ``mean`` is the geometric mean and
+    ``lo``/``hi`` its interval (``half`` is then in log units).
+    """
 
     mean: float
     half: float
-    lo: float  # mean - half
+    lo: float  # mean - half (log: exp(log mean - half))
     hi: float  # mean + half
     min: float
     max: float
     n: int
+    log: bool = False
 
     def __str__(self) -> str:
         if self.n == 1:
             return _g(self.mean)
+        if self.log:
+            return f"{_g(self.mean)} (geometric; 95 % {_g(self.lo)} … {_g(self.hi)}) [{_g(self.min)}, {_g(self.max)}]"
         return f"{_g(self.mean)} ± {_g(self.half)} [{_g(self.min)}, {_g(self.max)}]"
 
 
@@ -106,41 +142,53 @@ def _g(x: float) -> str:
     return f"{x:.3g}"
 
 
-def interval(values) -> Interval | None:
-    """Mean ± 95 % t-interval of the values (infinite values allowed: a diverged run's loss)."""
+def _logs(xs: list[float]) -> list[float]:
+    return [math.log(max(x, LOG_FLOOR)) for x in xs]
+
+
+def interval(values, log: bool = False) -> Interval | None:
+    """Mean ± 95 % t-interval of the values (infinite values allowed: a diverged run's loss);
+    ``log``: of their logarithms (values at or below 0 count as ``LOG_FLOOR``)."""
     xs = [float(v) for v in values if v is not None and not math.isnan(v)]
     if not xs:
         return None
     n = len(xs)
-    m, sd = mean_std(xs)
+    ys = _logs(xs) if log else xs
+    m, sd = mean_std(ys)
     if n == 1 or not math.isfinite(m):
         half = 0.0 if n == 1 else math.inf
     else:
         half = stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * sd / math.sqrt(n)
-    lo, hi = (m - half, m + half) if math.isfinite(half) else (min(xs), max(xs))
+    lo, hi = (m - half, m + half) if math.isfinite(half) else (min(ys), max(ys))
+    if log:
+        return Interval(math.exp(m), half, math.exp(lo), math.exp(hi), min(xs), max(xs), n, True)
     return Interval(m, half, lo, hi, min(xs), max(xs), n)
 
 
-def above(a: dict, b: dict, margin: float = 0.0) -> bool:
+def above(a: dict, b: dict, margin: float = 0.0, log: bool = False) -> bool:
     """Every seed that both have: a > b + margin; and a's interval lies above b's (+ margin).
 
-    ``a``/``b`` map seed -> value. Unpaired seeds still enter the intervals.
+    ``a``/``b`` map seed -> value. Unpaired seeds still enter the intervals. ``log``: compared
+    on logarithms (the margin is then a factor: a > b · margin; 0 means no margin).
     """
     seeds = set(a) & set(b)
     if not seeds or any(a[s] is None or b[s] is None for s in seeds):
         return False
-    if not all(a[s] > b[s] + margin for s in seeds):
+    factor = margin if log and margin else 1.0
+    shift = 0.0 if log else margin
+    if not all(a[s] > b[s] * factor + shift for s in seeds):
         return False
-    ia, ib = interval(a.values()), interval(b.values())
-    return ia is not None and ib is not None and ia.lo > ib.hi + margin
+    ia, ib = interval(a.values(), log), interval(b.values(), log)
+    return ia is not None and ib is not None and ia.lo > ib.hi * factor + shift
 
 
-def beyond(values: dict, threshold: float, side: str) -> bool:
-    """Every seed's value and the whole interval ``side`` ("above"/"below") ``threshold``."""
+def beyond(values: dict, threshold: float, side: str, log: bool = False) -> bool:
+    """Every seed's value and the whole interval ``side`` ("above"/"below") ``threshold``;
+    ``log``: the interval of the logarithms (for positive maxima and ratios)."""
     xs = list(values.values())
     if not xs or any(x is None or math.isnan(x) for x in xs):
         return False
-    iv = interval(xs)
+    iv = interval(xs, log)
     if side == "above":
         return all(x > threshold for x in xs) and iv.lo > threshold
     return all(x < threshold for x in xs) and iv.hi < threshold

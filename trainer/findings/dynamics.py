@@ -1,0 +1,122 @@
+"""Claims F5 (no norm: a growing stream, fragile across learning rates) and F6 (Post-LN needs
+warm-up), read from the learning-rate grid (sub-sweep ``lr``, 1 seed per rate, validation loss)
+and from the best-rate seeds (``best``, test loss). The rules are ``core``'s.
+
+F5 — parts: the no-norm stack's last/first-block token std ratio is above ``GROWTH_FACTOR`` × LN's
+(log scale, every seed and the interval); its LR sensitivity (Wortsman et al. 2023) exceeds
+Pre-LN's by ``SENSITIVITY_MARGIN`` (inconclusive when either trains at no rate tried). The
+absolute last-block std is reported beside the ratio.
+
+F6 — parts: Post-LN needs warm-up (without it, its best-rate test loss is worse by
+``WARMUP_MARGIN`` with separate intervals, or it trains at fewer rates of the grid); Pre-LN does
+not (neither of the two); at init, with Xavier init as in Xiong et al. 2020, Post-LN's FFN-out
+gradient grows toward the output (last/first block above ``PROFILE_GROWTH``, log scale) and
+Pre-LN's does not. A placement that trains at no rate tried makes its part inconclusive.
+"""
+
+from __future__ import annotations
+
+from trainer.findings.claim import BASE, Finding, fmt_seeds, line
+from trainer.findings.core import GROUP
+from trainer.findings.lr import describe
+from trainer.findings.reference import Reference
+from trainer.findings.thresholds import (GROWTH_FACTOR, HEADLINE_SEEDS, PROFILE_GROWTH,
+                                         SENSITIVITY_MARGIN, WARMUP_MARGIN)
+from trainer.results.metrics import above, beyond, test_loss
+
+WARM, COLD = 50, 0  # the reference's warm-up steps, and none
+
+
+def _ratio(a, b):
+    return None if a is None or not b else a / b
+
+
+def f5(ref: Reference) -> Finding:
+    f = Finding("F5", """Without normalization the residual stream grows with depth, and training
+                    is fragile across learning rates""",
+                """token std of the stream, last block / first block, end of training (Pre,
+                    residual, best rate), and the last block's std itself; LR sensitivity over the
+                    rate grid (mean over rates of min(final, init loss) − best loss, validation)""",
+                f"""no-norm growth not above {GROWTH_FACTOR}× LN's, or no-norm's LR sensitivity
+                    not above Pre-LN's by {SENSITIVITY_MARGIN} nats""",
+                plot=f"{GROUP}/plots/token_std_by_depth.png")
+    last = ref.num_layers(GROUP) - 1
+
+    def growth(run):
+        return _ratio(run.train_at(f"activation/block_{last}/token_std", "last"),
+                      run.train_at("activation/block_0/token_std", "last"))
+
+    want = dict(warmup_steps=WARM, **BASE)
+    g = {n: ref.per_seed(f, GROUP, growth, seeds=HEADLINE_SEEDS, norm=n, **want)
+         for n in ("layer", "none")}
+    std = {n: ref.per_seed(f, GROUP, lambda r: r.train_at(f"activation/block_{last}/token_std"),
+                           seeds=HEADLINE_SEEDS, norm=n, **want) for n in ("layer", "none")}
+    lr = {n: ref.lr_variant(f, norm=n, **want) for n in ("layer", "none")}
+    if f.missing:
+        return f
+    for n in ("layer", "none"):
+        f.lines += [line(f"growth, {n}", g[n], log=True),
+                    line(f"last block's token std, {n}", std[n]),
+                    f"learning-rate grid, {n}: {describe(lr[n])}"]
+    scaled = {s: GROWTH_FACTOR * v for s, v in g["layer"].items() if v is not None}
+    f.evidence("stream grows without a norm", above(g["none"], scaled, log=True))
+    untrained = [n for n in lr if not lr[n].trains]
+    f.evidence("fragile across learning rates",
+               None if untrained else
+               lr["none"].sensitivity - lr["layer"].sensitivity >= SENSITIVITY_MARGIN,
+               f"{' and '.join(untrained)} trains at no rate tried" if untrained else "")
+    return f
+
+
+def _needs_warmup(f: Finding, placement: str, loss: dict, lr: dict) -> None:
+    name = f"{placement.capitalize()}-LN"
+    if not lr[WARM].trains:
+        f.evidence(f"{name} {'needs' if placement == 'post' else 'does not need'} warm-up", None,
+                   f"{name} with warm-up trains at no rate tried")
+        return
+    shrinks = len(lr[COLD].trains_at) < len(lr[WARM].trains_at)
+    worse = above(loss[COLD], loss[WARM], WARMUP_MARGIN)
+    if placement == "post":
+        f.evidence("Post-LN needs warm-up (worse or trains at fewer rates without it)",
+                   worse or shrinks)
+    else:
+        f.evidence("Pre-LN does not (neither worse nor fewer rates without it)",
+                   not worse and not shrinks)
+
+
+def f6(ref: Reference) -> Finding:
+    f = Finding("F6", """Post-LN needs learning-rate warm-up, Pre-LN does not (Xiong et al. 2020);
+                    at init Post-LN's gradient grows toward the output blocks, Pre-LN's does not""",
+                """per placement, with and without warm-up: the rates of the grid at which it
+                    trains (validation loss below bigram) and its best-rate test loss; FFN-out
+                    gradient norm last/first block at init (`analyze grad-profile`, Xavier init as
+                    in the paper)""",
+                f"""Post-LN without warm-up neither worse by {WARMUP_MARGIN} nats nor trainable at
+                    fewer rates; Pre-LN without warm-up worse or trainable at fewer rates; or
+                    Post-LN's init ratio not above {PROFILE_GROWTH} (Pre-LN's not below)""",
+                plot="lr/plots/lr_sensitivity.png")
+    want = dict(norm="layer", residual="true")
+    loss = {(p, w): ref.per_seed(f, GROUP, test_loss, seeds=HEADLINE_SEEDS, placement=p,
+                                 warmup_steps=w, **want) for p in ("pre", "post") for w in (WARM, COLD)}
+    lr = {(p, w): ref.lr_variant(f, placement=p, warmup_steps=w, **want)
+          for p in ("pre", "post") for w in (WARM, COLD)}
+    profile = ref.grad_profile(f, "init")
+    if f.missing:
+        return f
+    for (p, w), v in loss.items():
+        f.lines += [line(f"{p}-LN, warm-up {w}, test loss at its best rate", v),
+                    f"{p}-LN, warm-up {w}, grid: {describe(lr[(p, w)])}"]
+    for init, ratios in sorted(profile.items()):
+        f.lines.append(f"init ratio, {init}: " + ", ".join(
+            f"{p} {fmt_seeds(v, log=True)}" for p, v in sorted(ratios.items())))
+    for p in ("post", "pre"):
+        _needs_warmup(f, p, {w: loss[(p, w)] for w in (WARM, COLD)},
+                      {w: lr[(p, w)] for w in (WARM, COLD)})
+    xavier = profile.get("xavier", {})
+    f.evidence("Post-LN's init gradient grows with depth, Pre-LN's does not",
+               bool(xavier) and beyond(xavier.get("post", {}), PROFILE_GROWTH, "above", log=True)
+               and beyond(xavier.get("pre", {}), PROFILE_GROWTH, "below", log=True))
+    return f
+
+
+CLAIMS = (f5, f6)
