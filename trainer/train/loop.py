@@ -288,7 +288,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
                   t.steps)
     writers.close()
     precise_bn = (evaluator.precise_bn(corpus, t.seed) if diverged_step is None
-                  and run.model.block_args["norm"] in BATCH_NORMS else None)
+                  and run.model.config.norm in BATCH_NORMS else None)
     summary = _summary(t, diverged_step, run, evaluator, running, speed, stats, precise_bn, timings)
     write_json(run_dir / "summary.json", summary)
     return summary
