@@ -31,7 +31,7 @@ class Request:
 
     ids: list[int]
     max_new_tokens: int
-    seed: int = 0
+    seed: int | tuple[int, ...] = 0  # anything np.random.default_rng takes
 
 
 @dataclass
