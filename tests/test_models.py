@@ -5,10 +5,10 @@ float32 ones: "unchanged" means <= 1e-5 absolute on logits of order 1e-1, "chang
 """
 
 import dataclasses
-import inspect
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 import trainer
 
@@ -16,7 +16,7 @@ tf = trainer.import_tensorflow_quietly()
 import keras  # noqa: E402
 
 from trainer.config import ConfigError, ModelConfig, Residual, load_config  # noqa: E402
-from trainer.models import Block, CausalLM, build_model  # noqa: E402
+from trainer.models import Block, CausalLM, build_model, model_config  # noqa: E402
 from trainer.models.norms import BATCH_NORMS, NORMS, MaskedBatchNorm  # noqa: E402
 
 VOCAB, MAX_LEN, DIM = 50, 16, 32
@@ -27,8 +27,9 @@ SAME, CHANGED = 1e-5, 1e-3
 
 def tiny(norm="layer", placement="pre", residual="true", seed=0, **kw):
     keras.utils.set_random_seed(seed)  # initial weights fixed: the margins below are reproducible
-    model = CausalLM(VOCAB, MAX_LEN, num_layers=2, dim=DIM, num_heads=2, ffn_dim=64, dropout=0.0,
-                     norm=norm, placement=placement, residual=residual, **kw)
+    model = CausalLM(model_config(num_layers=2, dim=DIM, num_heads=2, ffn_dim=64, dropout=0.0,
+                                  norm=norm, placement=placement, residual=residual, **kw),
+                     VOCAB, MAX_LEN)
     model.build((None, MAX_LEN))
     return model
 
@@ -65,7 +66,7 @@ def test_build_model_from_config():
     assert model.head.bias is not None  # the schema default, as the reference runs had
     unbiased = build_model(load_config(None, ["model.head_bias=false", "model.num_layers=1"]).model,
                            VOCAB, MAX_LEN)
-    assert unbiased.head.bias is None and unbiased.get_config()["head_bias"] is False
+    assert unbiased.head.bias is None and unbiased.get_config()["config"]["head_bias"] is False
     assert unbiased.count_params() == build_model(
         load_config(None, ["model.num_layers=1"]).model, VOCAB, MAX_LEN).count_params() - VOCAB
 
@@ -74,7 +75,8 @@ def test_build_model_from_config():
                                                 ("pre", "maybe")])
 def test_block_rejects_meaningless_combinations(placement, residual):
     with pytest.raises(ValueError):
-        Block(DIM, 2, 64, placement=placement, residual=residual)
+        Block(model_config(dim=DIM, num_heads=2, ffn_dim=64, placement=placement,
+                           residual=residual))
 
 
 @pytest.mark.parametrize("norm,placement,residual",
@@ -130,7 +132,7 @@ def _stream(seed=0):
 
 def _block(**kw):
     keras.utils.set_random_seed(0)
-    block = Block(DIM, 2, 64, **kw)
+    block = Block(model_config(dim=DIM, num_heads=2, ffn_dim=64, **kw))
     block.build((None, 6, DIM))
     return block
 
@@ -228,7 +230,8 @@ def test_train_inference_consistency(norm):
 
 def test_dropout_makes_any_model_mode_dependent():
     keras.utils.set_random_seed(0)
-    model = CausalLM(VOCAB, MAX_LEN, num_layers=2, dim=DIM, num_heads=2, ffn_dim=64, dropout=0.5)
+    model = CausalLM(model_config(num_layers=2, dim=DIM, num_heads=2, ffn_dim=64, dropout=0.5),
+                     VOCAB, MAX_LEN)
     model.build((None, MAX_LEN))
     tokens, mask = padded([SEQ_A, SEQ_B], 8)
     gap = np.abs(logits(model, tokens, mask, False) - logits(model, tokens, mask, True)).max()
@@ -284,17 +287,34 @@ def test_layers_get_distinct_seeded_initialisation():
     assert all(np.array_equal(a, b) for a, b in zip(first, again))  # same seed, same weights
 
 
-def test_every_model_field_is_a_causal_lm_keyword():
-    # build_model passes cfg.model as keywords in one call: a new field needs a keyword
-    params = inspect.signature(CausalLM.__init__).parameters
-    assert [f.name for f in dataclasses.fields(ModelConfig) if f.name not in params] == []
+def test_the_model_holds_every_config_field_and_round_trips_it():
+    # Every field set away from its default, so a field dropped on the way shows as a default.
+    cfg = load_config(None, ["model.norm=dyt", "model.num_layers=3", "model.dim=24",
+                             "model.num_heads=3", "model.ffn_dim=40", "model.dropout=0.25",
+                             "model.dyt_alpha=0.7", "model.norm_epsilon=1e-6",
+                             "model.bn_momentum=0.9", "model.norm_affine=false",
+                             "model.head_bias=false", "model.init=scaled",
+                             "model.residual=rezero"]).model
+    model = build_model(cfg, VOCAB, MAX_LEN)
+    stored = model.get_config()["config"]
+    assert stored == OmegaConf.to_container(cfg, enum_to_str=True)
+    assert all(type(v) in (bool, int, float, str) for v in stored.values())  # plain, no enums
+    assert [f.name for f in dataclasses.fields(ModelConfig) if f.name not in stored] == []
+    clone = CausalLM.from_config(model.get_config())
+    assert clone.config == model.config and clone.blocks[2].config == model.config
+    assert (clone.vocab_size, clone.max_len) == (VOCAB, MAX_LEN)
+
+
+def test_model_config_rejects_an_unknown_field():
+    with pytest.raises(ConfigError, match="unknown model config key 'depth'.*num_layers"):
+        model_config(depth=3)
 
 
 @pytest.mark.parametrize("value", [False, "false", "FALSE", Residual.false])
 def test_block_reads_residual_like_the_config(value):
-    block = Block(DIM, 2, 64, residual=value)
-    assert block.residual is Residual.false
-    assert block.residual is load_config(None, [f"model.residual={value}"]).model.residual
+    block = Block(model_config(dim=DIM, num_heads=2, ffn_dim=64, residual=value))
+    assert block.config.residual is Residual.false
+    assert block.config.residual is load_config(None, [f"model.residual={value}"]).model.residual
 
 
 @pytest.mark.parametrize("kw,key", [({"placement": "middle"}, "placement"),
@@ -302,4 +322,4 @@ def test_block_reads_residual_like_the_config(value):
                                     ({"init": "glorot"}, "init")])
 def test_block_bad_value_names_key_and_valid_ones(kw, key):
     with pytest.raises(ConfigError, match=f"unknown {key} '{next(iter(kw.values()))}'.*valid: "):
-        Block(DIM, 2, 64, **kw)
+        Block(model_config(dim=DIM, num_heads=2, ffn_dim=64, **kw))

@@ -78,11 +78,11 @@ def test_model_threads_norm_affine_to_every_norm_and_round_trips(norm, placement
     assert not names & {"gamma", "beta", "scale"}, names
     assert ("alpha" in names) == (norm == "dyt")
     config = model.get_config()
-    assert config["norm_affine"] is False
+    assert config["config"]["norm_affine"] is False
     clone = CausalLM.from_config(config)
     assert clone.blocks[0].attention_norm.affine is False and clone.final_norm.affine is False
     block_cfg = Block.from_config(model.blocks[1].get_config()).get_config()
-    assert block_cfg["norm_affine"] is False
+    assert block_cfg["config"]["norm_affine"] is False
     default = build_model(load_config(None, [f"model.norm={norm}", "model.num_layers=1",
                                              "model.dim=16", "model.ffn_dim=32",
                                              "model.num_heads=2"]).model,

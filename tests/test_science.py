@@ -14,7 +14,7 @@ tf = trainer.import_tensorflow_quietly()
 import keras  # noqa: E402
 
 from trainer.config import load_config, network_key  # noqa: E402
-from trainer.models import CausalLM  # noqa: E402
+from trainer.models import CausalLM, model_config  # noqa: E402
 from trainer.results import baselines as bl  # noqa: E402
 from trainer.sweep import SweepSpec, dedupe, expand_variants  # noqa: E402
 from trainer.telemetry.precise_bn import population_statistics  # noqa: E402
@@ -61,7 +61,8 @@ def test_plateau_label_is_within_the_margin_only():
 # ------------------------------------------------------------------ model.init
 def _kernel_stds(init: str, layers: int = 4, dim: int = 64, ffn: int = 256, vocab: int = 300):
     keras.utils.set_random_seed(0)
-    model = CausalLM(vocab, 16, num_layers=layers, dim=dim, num_heads=4, ffn_dim=ffn, init=init)
+    model = CausalLM(model_config(num_layers=layers, dim=dim, num_heads=4, ffn_dim=ffn, init=init),
+                     vocab, 16)
     model.build((None, 16))
     block = model.blocks[-1]
     return {"ffn_hidden": float(np.std(block.ffn.hidden.kernel)),
@@ -107,7 +108,7 @@ def test_spike_counter_flags_blow_ups_and_not_a_falling_loss():
 @pytest.mark.parametrize("norm", ["batch", "masked_batch"])
 def test_population_statistics_are_the_mean_of_the_batch_moments(norm):
     keras.utils.set_random_seed(0)
-    model = CausalLM(40, 8, num_layers=1, dim=16, num_heads=2, ffn_dim=32, norm=norm)
+    model = CausalLM(model_config(num_layers=1, dim=16, num_heads=2, ffn_dim=32, norm=norm), 40, 8)
     model.build((None, 8))
     rng = np.random.default_rng(1)
     batches = [{"inputs": rng.integers(1, 40, (3, 8)).astype("int32"),

@@ -10,7 +10,7 @@ tf = trainer.import_tensorflow_quietly()
 import keras  # noqa: E402
 
 from trainer.config import load_config  # noqa: E402
-from trainer.models import CausalLM  # noqa: E402
+from trainer.models import CausalLM, model_config  # noqa: E402
 from trainer.train.loop import make_optimizer  # noqa: E402
 from trainer.train.step import make_train_step  # noqa: E402
 
@@ -19,7 +19,7 @@ VOCAB, MAX_LEN = 64, 16
 
 def _step(shared: bool, seed: int = 0):
     keras.utils.set_random_seed(seed)
-    model = CausalLM(VOCAB, MAX_LEN, num_layers=2, dim=32, num_heads=2, ffn_dim=64)
+    model = CausalLM(model_config(num_layers=2, dim=32, num_heads=2, ffn_dim=64), VOCAB, MAX_LEN)
     model.build((None, MAX_LEN))
     optimizer = make_optimizer(load_config(None, ["train.lr=1e-2", "train.warmup_steps=0"]).train)
     optimizer.build(model.trainable_variables)

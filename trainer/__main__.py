@@ -1,4 +1,4 @@
-"""Command line: ``python -m trainer {train,sweep,summarize,findings,analyze,reproduce,bench,tensorboard}``
+"""Command line: ``python -m trainer {train,sweep,summarize,findings,analyze,reproduce,generate,bench,tensorboard}``
 (kept thin on purpose)."""
 
 from __future__ import annotations
@@ -63,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     analyze = sub.add_parser("analyze", help="an analysis (e.g. grad-profile); KIND --help for more")
     analyze.add_argument("kind", help="grad-profile")
     analyze.add_argument("args", nargs=argparse.REMAINDER, help="the analysis' own arguments")
+
+    from trainer.generate import add_arguments as generate_arguments
+
+    generate_arguments(sub.add_parser("generate", help="continue prompts with a trained run "
+                                      "(KV cache, continuous batching)"))
 
     board = sub.add_parser("tensorboard", help="start TensorBoard on a results or run directory")
     board.add_argument("logdir", nargs="?", default="results", help="default: results/")
@@ -145,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.kind not in ANALYSES:
                 raise ConfigError(f"unknown analysis '{args.kind}'; valid: {', '.join(ANALYSES)}")
             return importlib.import_module(ANALYSES[args.kind]).main(args.args)
+        elif args.command == "generate":
+            from trainer.generate import main as generate_main
+
+            return generate_main(args)
         elif args.command == "tensorboard":
             from trainer.telemetry.tensorboard import serve
 

@@ -89,6 +89,9 @@ class TrainConfig:
     log_every: int = 10  # steps between training summaries
     checkpoint_every: int = 100  # steps between checkpoints (the last step always saves)
     loss_upper_bound: float = 1e4  # a loss above this counts as diverged
+    # validation prompts continued greedily (32 tokens) at each evaluation, written to the eval
+    # run's Text tab (tag samples); 0 = off. Changes no training number.
+    samples: int = 4
 
 
 @dataclass
@@ -294,6 +297,8 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(f"{key} must be in [0, 0.5)")
     if t.warmup_steps < 0 or t.warmup_steps > t.steps:
         raise ConfigError(f"train.warmup_steps must be in [0, train.steps], got {t.warmup_steps}")
+    if t.samples < 0:
+        raise ConfigError(f"train.samples must be >= 0 (0 = off), got {t.samples}")
     if t.clip_norm < 0 or t.weight_decay < 0:
         raise ConfigError("train.clip_norm and train.weight_decay must be >= 0")
 

@@ -1,4 +1,5 @@
-"""Arguments of ``python -m trainer bench [data|report]`` (argparse only: imported before TF)."""
+"""Arguments of ``python -m trainer bench [data|report|sweep|decode]`` (argparse only:
+imported before TF)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import shlex
 import sys
 
-ACTIONS = ("data", "report", "sweep")
+ACTIONS = ("data", "report", "sweep", "decode")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,7 +38,7 @@ def _sizes(text: str) -> list[int]:
 
 def _run_parser() -> _Parser:
     p = _Parser(prog="python -m trainer bench", description="Performance report of one config "
-                "as JSON (README 'Performance'). Also: `bench data|report|sweep --help`.")
+                "as JSON (README 'Performance'). Also: `bench data|report|sweep|decode --help`.")
     p.add_argument("--config", default="configs/bench.yaml", help="experiment YAML")
     p.add_argument("--out", default="bench.json", help="JSON report path")
     p.add_argument("--steps", type=_positive, default=30,
@@ -90,13 +91,28 @@ def _sweep_parser() -> _Parser:
     return p
 
 
+def _decode_parser() -> _Parser:
+    p = _Parser(prog="python -m trainer bench decode",
+                description="Tokens/s of KV-cache decoding vs recomputing the full prefix for "
+                            "every new token, at each batch size (fresh weights, greedy).")
+    p.add_argument("--config", default="configs/bench.yaml", help="experiment YAML (the model)")
+    p.add_argument("--batch-sizes", type=_sizes, default=[1, 16], metavar="B,B,...")
+    p.add_argument("--prompt-tokens", type=_positive, default=16)
+    p.add_argument("--new-tokens", type=_positive, default=128)
+    p.add_argument("--out", default="bench_decode.json", help="JSON report path")
+    p.add_argument("--into", metavar="REPORT", help="also write it as the 'decode' key of this "
+                   "bench report, e.g. results/bench/cpu.json")
+    p.add_argument("overrides", nargs="*", help="dotted config overrides, e.g. model.dim=256")
+    return p
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """``bench`` arguments (after the word ``bench``); ``command`` is "bench", ``action`` one
-    of run, data, report."""
+    of run, data, report, sweep, decode."""
     action = argv[0] if argv[:1] and argv[0] in ACTIONS else "run"
     rest = argv[1:] if action != "run" else argv
     parser = {"run": _run_parser, "data": _data_parser, "report": _report_parser,
-              "sweep": _sweep_parser}[action]()
+              "sweep": _sweep_parser, "decode": _decode_parser}[action]()
     args = parser.parse_args(rest)
     args.command, args.action = "bench", action
     if action == "run":
@@ -120,6 +136,10 @@ def run(args: argparse.Namespace) -> int:
         bench_data(args.mb, Path(args.out), args.vocab_size, args.workdir)
     elif args.action == "report":
         _report(Path(args.json), args.readme)
+    elif args.action == "decode":
+        from trainer.bench.decode import run as bench_decode
+
+        bench_decode(args)
     elif args.action == "sweep":
         from trainer.bench.sweep import bench_sweep
 

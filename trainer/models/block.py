@@ -7,11 +7,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 from keras import ops
+from omegaconf import OmegaConf
 
-from trainer.choices import Init, Placement, Residual
-from trainer.config import check_residual
+from trainer.choices import Choice, ConfigError, Init, Placement, Residual
+from trainer.config import CHOICES, ModelConfig, check_residual
+from trainer.models.attention import CachedAttention
 from trainer.models.norms import make_norm
 
 NORMAL_STD = 0.02  # GPT-2's N(0, 0.02)
@@ -72,59 +76,99 @@ class FeedForward(keras.layers.Layer):
                 "dropout": self.dropout, "init": self.init, "num_layers": self.num_layers}
 
 
+def model_config(config=None, **overrides) -> ModelConfig:
+    """``config`` as a typed ``ModelConfig``, what ``Block`` and ``CausalLM`` hold.
+
+    ``config``: ``cfg.model`` (an OmegaConf node), a ``ModelConfig``, a plain dict (a saved Keras
+    config) or None (the schema defaults); ``overrides``: fields to replace. Every name field is
+    parsed into its ``Choice`` (a typo fails naming the field and the valid values) and the
+    placement/residual rule is checked, also for models built without a loaded config.
+    """
+    if config is None:
+        values = {}
+    elif isinstance(config, ModelConfig):
+        values = dataclasses.asdict(config)
+    elif OmegaConf.is_config(config):
+        values = OmegaConf.to_container(config, resolve=True)
+    else:
+        values = dict(config)
+    values.update(overrides)
+    valid = [f.name for f in dataclasses.fields(ModelConfig)]
+    unknown = sorted(set(values) - set(valid))
+    if unknown:
+        raise ConfigError(f"unknown model config key '{unknown[0]}'; valid: {', '.join(valid)}")
+    for key, kind in CHOICES.items():
+        section, _, leaf = key.partition(".")
+        if section == "model" and leaf in values:
+            values[leaf] = kind.parse(values[leaf], leaf)
+    typed = ModelConfig(**values)
+    check_residual(typed.placement, typed.residual)
+    return typed
+
+
+def config_dict(config: ModelConfig) -> dict:
+    """A ``ModelConfig`` as plain Python values (a Choice as its string): what ``get_config``
+    stores, so a ``.keras`` file holds no enum."""
+    return {k: v.value if isinstance(v, Choice) else v for k, v in dataclasses.asdict(config).items()}
+
+
 @keras.saving.register_keras_serializable(package="trainer")
 class Block(keras.layers.Layer):
-    """Causal self-attention + FFN, each wrapped by norm and residual as configured."""
+    """Causal self-attention + FFN, each wrapped by norm and residual as the config says."""
 
-    def __init__(self, dim: int, num_heads: int, ffn_dim: int, dropout: float = 0.0,
-                 norm: str = "layer", placement: str = "pre", residual: str = "true",
-                 norm_epsilon: float = 1e-5, bn_momentum: float = 0.99, dyt_alpha: float = 0.5,
-                 init: str = "normal", num_layers: int = 1, norm_affine: bool = True, **kwargs):
+    def __init__(self, config, **kwargs):
+        """Args:
+            config: the model config (``cfg.model``, a ``ModelConfig`` or its dict; see
+                ``model_config``). The block reads ``norm``, ``placement``, ``residual``,
+                ``dim``, ``num_heads``, ``ffn_dim``, ``dropout``, ``norm_epsilon``,
+                ``bn_momentum``, ``dyt_alpha``, ``norm_affine``, ``init`` and ``num_layers``
+                (the depth the ``scaled`` init divides by).
+            **kwargs: keras ``Layer`` arguments (``name``: ``block_{i}`` in ``CausalLM``).
+        """
         super().__init__(**kwargs)
-        self.dim, self.num_heads, self.ffn_dim, self.dropout = dim, num_heads, ffn_dim, dropout
-        self.init, self.num_layers, self.norm = Init.parse(init, "init"), num_layers, norm
-        # call() branches on these: a typo must not silently select post-norm.
-        self.placement = Placement.parse(placement, "placement")
-        self.residual = Residual.parse(residual, "residual")
-        check_residual(self.placement, self.residual)  # also for blocks built without a config
-        self.norm_epsilon, self.bn_momentum, self.dyt_alpha = norm_epsilon, bn_momentum, dyt_alpha
-        self.norm_affine = bool(norm_affine)
-        norm_kw = dict(epsilon=norm_epsilon, momentum=bn_momentum, dyt_alpha=dyt_alpha,
-                       affine=self.norm_affine)
-        self.attention_norm = make_norm(norm, name_prefix="attention_norm", **norm_kw)
-        self.ffn_norm = make_norm(norm, name_prefix="ffn_norm", **norm_kw)
+        self.config = c = model_config(config)
+        norm_kw = dict(epsilon=c.norm_epsilon, momentum=c.bn_momentum, dyt_alpha=c.dyt_alpha,
+                       affine=bool(c.norm_affine))
+        self.attention_norm = make_norm(c.norm, name_prefix="attention_norm", **norm_kw)
+        self.ffn_norm = make_norm(c.norm, name_prefix="ffn_norm", **norm_kw)
         # Q, K, V and the output projection are all d_model x d_model matrices (fans d, d).
-        self.attention = keras.layers.MultiHeadAttention(
-            num_heads, dim // num_heads, dropout=dropout, kernel_initializer=kernel_init(init, dim, dim),
-            name="attention")
-        self.attention_dropout = keras.layers.Dropout(dropout)
-        self.ffn = FeedForward(dim, ffn_dim, dropout, init=init, num_layers=num_layers, name="ffn")
+        self.attention = CachedAttention(
+            c.num_heads, c.dim // c.num_heads, dropout=c.dropout,
+            kernel_initializer=kernel_init(c.init, c.dim, c.dim), name="attention")
+        self.attention_dropout = keras.layers.Dropout(c.dropout)
+        self.ffn = FeedForward(c.dim, c.ffn_dim, c.dropout, init=c.init, num_layers=c.num_layers,
+                               name="ffn")
 
     def build(self, input_shape):
+        c = self.config
         self.attention_norm.build(input_shape)
         self.ffn_norm.build(input_shape)
         self.attention.build(input_shape, input_shape)
-        if self.init == Init.scaled:
+        if c.init == Init.scaled:
             # Keras' MultiHeadAttention takes one initializer for Q, K, V and the output; GPT-2
             # scales only the output projection, which writes into the residual stream.
             out = self.attention._output_dense.kernel
-            out.assign(kernel_init(Init.scaled, self.dim, self.dim, output_proj=True,
-                                   num_layers=self.num_layers)(out.shape))
+            out.assign(kernel_init(Init.scaled, c.dim, c.dim, output_proj=True,
+                                   num_layers=c.num_layers)(out.shape))
         self.ffn.build(input_shape)
-        if self.residual == Residual.rezero:
+        if c.residual == Residual.rezero:
             self.attention_gate = self.add_weight(name="attention_gate", shape=(),
                                                   initializer="zeros")
             self.ffn_gate = self.add_weight(name="ffn_gate", shape=(), initializer="zeros")
 
-    def _attend(self, x, training):
-        y = self.attention(x, x, use_causal_mask=True, training=training)
-        return self.attention_dropout(y, training=training)
+    def _attend(self, x, training, cache):
+        """Attention (+ dropout) and the updated key/value cache (None when not decoding)."""
+        if cache is None:
+            y, kv = self.attention(x, x, use_causal_mask=True, training=training), None
+        else:
+            y, kv = self.attention(x, x, cache=cache[0], positions=cache[1], training=training)
+        return self.attention_dropout(y, training=training), kv
 
     def _add(self, x, fx, gate):
         # The residual switch is structural: with residual=false no add op is built at all.
-        if self.residual == Residual.false:
+        if self.config.residual == Residual.false:
             return fx
-        if self.residual == Residual.rezero:
+        if self.config.residual == Residual.rezero:
             return x + gate * fx
         return x + fx
 
@@ -132,32 +176,31 @@ class Block(keras.layers.Layer):
         # Norms compute in float32; the stream returns to the compute dtype (bf16 when mixed).
         return ops.cast(norm(x, padding_mask=padding_mask, training=training), x.dtype)
 
-    def call(self, x, padding_mask=None, training=None, return_internals=False):
+    def call(self, x, padding_mask=None, training=None, return_internals=False, cache=None):
         """x: (B, T, C) residual stream; padding_mask: (B, T), 1 = real token.
 
         With ``return_internals`` also returns ``{"norm_input", "normed"}``: what the block's
         first norm saw and what it produced (telemetry and BN-drift probes read them).
+        With ``cache`` = (key/value cache (B, 2, L, heads, head_dim), positions (B, T)) it
+        decodes: x holds only the new tokens, and the updated cache is returned beside the
+        output (``CachedAttention``).
         """
         gates = (getattr(self, "attention_gate", None), getattr(self, "ffn_gate", None))
-        if self.placement == Placement.pre:
+        if self.config.placement == Placement.pre:
             norm_input = x
             normed = self._normalize(self.attention_norm, x, padding_mask, training)
-            x = self._add(x, self._attend(normed, training), gates[0])
+            fx, kv = self._attend(normed, training, cache)
+            x = self._add(x, fx, gates[0])
             h = self._normalize(self.ffn_norm, x, padding_mask, training)
             x = self._add(x, self.ffn(h, training=training), gates[1])
         else:
-            x = norm_input = self._add(x, self._attend(x, training), gates[0])
+            fx, kv = self._attend(x, training, cache)
+            x = norm_input = self._add(x, fx, gates[0])
             x = normed = self._normalize(self.attention_norm, x, padding_mask, training)
             x = self._add(x, self.ffn(x, training=training), gates[1])
             x = self._normalize(self.ffn_norm, x, padding_mask, training)
-        if return_internals:
-            return x, {"norm_input": norm_input, "normed": normed}
-        return x
+        out = (x, {"norm_input": norm_input, "normed": normed}) if return_internals else x
+        return out if cache is None else (out, kv)
 
     def get_config(self):
-        return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
-                "ffn_dim": self.ffn_dim, "dropout": self.dropout, "norm": self.norm,
-                "placement": self.placement, "residual": self.residual,
-                "norm_epsilon": self.norm_epsilon, "bn_momentum": self.bn_momentum,
-                "dyt_alpha": self.dyt_alpha, "init": self.init, "num_layers": self.num_layers,
-                "norm_affine": self.norm_affine}
+        return {**super().get_config(), "config": config_dict(self.config)}

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import keras
 from keras import ops
-from omegaconf import OmegaConf
 
 from trainer.choices import Norm, Placement
-from trainer.models.block import Block, kernel_init, normal_init
+from trainer.models.block import Block, config_dict, kernel_init, model_config, normal_init
 from trainer.models.norms import BATCH_NORMS, make_norm
+
+
+# Why a cached decode refuses training mode (batch statistics, dropout).
+DECODE_NEEDS_INFERENCE = (
+    "decoding runs in inference mode only: with batch statistics (training-mode BatchNorm) a "
+    "request's output would depend on the other requests in the batch and on positions not yet "
+    "generated, so batch norms decode with their running statistics")
 
 
 @keras.saving.register_keras_serializable(package="trainer")
@@ -22,38 +28,35 @@ class CausalLM(keras.Model):
     block's first norm — what the telemetry measures.
     """
 
-    def __init__(self, vocab_size: int, max_len: int, num_layers: int = 4, dim: int = 128,
-                 num_heads: int = 4, ffn_dim: int = 512, dropout: float = 0.0,
-                 norm: str = "layer", placement: str = "pre", residual: str = "true",
-                 norm_epsilon: float = 1e-5, bn_momentum: float = 0.99, dyt_alpha: float = 0.5,
-                 head_bias: bool = True, init: str = "normal", norm_affine: bool = True,
-                 **kwargs):
+    def __init__(self, config, vocab_size: int, max_len: int, **kwargs):
+        """Args:
+            config: the model config (``cfg.model``, a ``ModelConfig`` or its dict; see
+                ``model_config``): norm, placement, residual, sizes, init, ``head_bias``.
+            vocab_size: tokens the embedding and the head cover.
+            max_len: positions the position embedding covers (the longest sequence).
+            **kwargs: keras ``Model`` arguments (``name``).
+        """
         super().__init__(**kwargs)
-        self.vocab_size, self.max_len, self.num_layers = vocab_size, max_len, num_layers
-        self.block_args = dict(dim=dim, num_heads=num_heads, ffn_dim=ffn_dim, dropout=dropout,
-                               norm=norm, placement=placement, residual=residual,
-                               norm_epsilon=norm_epsilon, bn_momentum=bn_momentum,
-                               dyt_alpha=dyt_alpha, init=init, num_layers=num_layers,
-                               norm_affine=bool(norm_affine))
-        self.token_embedding = keras.layers.Embedding(vocab_size, dim, embeddings_initializer=normal_init(),
+        self.config = c = model_config(config)
+        self.vocab_size, self.max_len = vocab_size, max_len
+        self.token_embedding = keras.layers.Embedding(vocab_size, c.dim, embeddings_initializer=normal_init(),
                                                       name="token_embedding")
-        self.position_embedding = keras.layers.Embedding(max_len, dim, embeddings_initializer=normal_init(),
+        self.position_embedding = keras.layers.Embedding(max_len, c.dim, embeddings_initializer=normal_init(),
                                                          name="position_embedding")
-        self.embedding_dropout = keras.layers.Dropout(dropout)
-        self.blocks = [Block(**self.block_args, name=f"block_{i}") for i in range(num_layers)]
+        self.embedding_dropout = keras.layers.Dropout(c.dropout)
+        self.blocks = [Block(c, name=f"block_{i}") for i in range(c.num_layers)]
         # Pre-norm leaves the residual stream un-normalized: a final norm precedes the head.
-        self.final_norm = make_norm(norm if placement == Placement.pre else Norm.none,
-                                    epsilon=norm_epsilon, momentum=bn_momentum,
-                                    dyt_alpha=dyt_alpha, affine=bool(norm_affine),
+        self.final_norm = make_norm(c.norm if c.placement == Placement.pre else Norm.none,
+                                    epsilon=c.norm_epsilon, momentum=c.bn_momentum,
+                                    dyt_alpha=c.dyt_alpha, affine=bool(c.norm_affine),
                                     name_prefix="final_norm")
-        self.head_bias = head_bias
-        self.head = keras.layers.Dense(vocab_size, use_bias=head_bias,
-                                       kernel_initializer=kernel_init(init, dim, vocab_size),
+        self.head = keras.layers.Dense(vocab_size, use_bias=c.head_bias,
+                                       kernel_initializer=kernel_init(c.init, c.dim, vocab_size),
                                        dtype="float32", name="head")
 
     def build(self, input_shape):
         batch, length = input_shape[:2]
-        dim = self.block_args["dim"]
+        dim = self.config.dim
         self.token_embedding.build(input_shape)
         self.position_embedding.build((length,))
         for block in self.blocks:
@@ -62,7 +65,17 @@ class CausalLM(keras.Model):
         self.head.build((batch, length, dim))
         self.built = True
 
-    def call(self, tokens, padding_mask=None, training=None, return_hidden=False):
+    def call(self, tokens, padding_mask=None, training=None, return_hidden=False, cache=None,
+             positions=None):
+        """Logits (B, T, V) of ``tokens`` (B, T); see the class docstring.
+
+        Decoding: with ``cache`` (B, num_layers, 2, max_len, heads, head_dim; ``new_cache``)
+        holding the keys/values of earlier positions and ``positions`` (B, T) the absolute
+        position of each new token, only the new tokens are computed and (logits, updated
+        cache) is returned. Decoding runs in inference mode only (``DECODE_NEEDS_INFERENCE``).
+        """
+        if cache is not None:
+            return self._decode(tokens, cache, positions, training)
         length = ops.shape(tokens)[1]
         x = self.token_embedding(tokens) + self.position_embedding(ops.arange(length))[None]
         x = self.embedding_dropout(x, training=training)  # (B, T, C)
@@ -75,21 +88,37 @@ class CausalLM(keras.Model):
         logits = self.head(ops.cast(x, "float32"))  # (B, T, V), float32 for a stable softmax
         return (logits, hidden) if return_hidden else logits
 
+    def _decode(self, tokens, cache, positions, training):
+        if training:
+            raise ValueError(DECODE_NEEDS_INFERENCE)
+        x = self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, C)
+        kv = []
+        for i, block in enumerate(self.blocks):
+            x, block_kv = block(x, training=False, cache=(cache[:, i], positions))
+            kv.append(block_kv)
+        x = self.final_norm(x, training=False)
+        return self.head(ops.cast(x, "float32")), ops.stack(kv, axis=1)
+
+    def new_cache(self, batch_size: int):
+        """An empty key/value cache for ``batch_size`` rows: (B, num_layers, 2, max_len, heads,
+        head_dim) zeros in the compute dtype."""
+        c = self.config
+        return ops.zeros((batch_size, c.num_layers, 2, self.max_len, c.num_heads,
+                          c.dim // c.num_heads), dtype=self.compute_dtype)
+
     @property
     def mode_dependent(self) -> bool:
         """Whether ``training=True`` computes anything different from inference: batch-statistic
         norms or dropout. When not, one compiled eval program serves both modes."""
-        return self.block_args["norm"] in BATCH_NORMS or self.block_args["dropout"] > 0
+        return self.config.norm in BATCH_NORMS or self.config.dropout > 0
 
     def get_config(self):
-        return {**super().get_config(), "vocab_size": self.vocab_size, "max_len": self.max_len,
-                "head_bias": self.head_bias, **self.block_args}
+        return {**super().get_config(), "config": config_dict(self.config),
+                "vocab_size": self.vocab_size, "max_len": self.max_len}
 
 
 def build_model(model_cfg, vocab_size: int, max_len: int) -> CausalLM:
-    """Build (and create the variables of) the LM described by ``cfg.model``: each field of
-    ``ModelConfig`` is the ``CausalLM`` keyword of the same name."""
-    model = CausalLM(vocab_size=vocab_size, max_len=max_len, name="causal_lm",
-                     **OmegaConf.to_container(model_cfg, resolve=True))
+    """Build (and create the variables of) the LM described by ``cfg.model``."""
+    model = CausalLM(model_cfg, vocab_size, max_len, name="causal_lm")
     model.build((None, max_len))
     return model

@@ -115,13 +115,13 @@ def run_probes(model, probe: ProbeBatch) -> tuple[dict[str, float], dict[str, np
         scalars[f"probe/token_cosine/block_{i}"] = mean_pairwise_cosine(stream, mask)
         scalars[f"probe/rank1_residual/block_{i}"] = rank_collapse_residual(stream, mask)
         histograms[f"activation/block_{i}"] = stream[real]
-        if block.norm in BATCH_NORMS:
+        if block.config.norm in BATCH_NORMS:
             norm = block.attention_norm
             mean, var = norm.moments(h["norm_input"], mask)
             run_mean, run_var = norm.running_moments
             scalars[f"probe/bn_stat_drift/block_{i}"] = float(tf.reduce_mean(tf.abs(mean - run_mean)))
             scalars[f"probe/bn_var_drift/block_{i}"] = float(tf.reduce_mean(tf.abs(var - run_var)))
-        if block.norm == "dyt":
+        if block.config.norm == "dyt":
             scalars[f"probe/dyt_saturation/block_{i}"] = dyt_saturation(
                 block.attention_norm, h["norm_input"], mask)
     return scalars, histograms

@@ -55,6 +55,12 @@ class RunWriters:
             for tag, value in tensors.items():
                 tf.summary.histogram(tag, value)
 
+    def text(self, group: str, tag: str, table: np.ndarray, step: int) -> None:
+        """A text summary (Text tab): a string array, shown as a table (nothing when empty)."""
+        if table.size:
+            with writing("events", self.run_dir / group), self.writers[group].as_default(step=step):
+                tf.summary.text(tag, tf.constant(table.astype(str)))
+
     def hparams(self, values: dict) -> None:
         """One HParams session per run (written at the run root) plus the custom-scalars layout."""
         with writing("events", self.run_dir):

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from trainer.atomic import atomic_write
 from trainer.faults import _reason, writing
 from trainer.train.rundir import RunDirError
 
@@ -32,6 +33,7 @@ _INDEX = re.compile(r"ckpt-(\d+)\.index")
 # What reading a damaged checkpoint raises: TF errors, or e.g. IndexError("Read less bytes
 # than requested") from a truncated data file; a structure mismatch fails the assert.
 _UNREADABLE = (tf.errors.OpError, OSError, ValueError, IndexError, AssertionError)
+MODEL_FILE = "model.keras"  # RUN_DIR/model.keras: the finished run's model (save_model)
 HISTORY_KEY = "history/.ATTRIBUTES/VARIABLE_VALUE"  # the history variable's name in a checkpoint
 _LEGACY = "written before checkpoints held the run's history (train it again in a fresh directory)"
 
@@ -52,6 +54,16 @@ def make_checkpoint(model, optimizer=None, resumable: bool = False) -> tf.train.
         parts["step"] = tf.Variable(0, dtype=tf.int64, name="step")
         parts["history"] = tf.Variable("{}", dtype=tf.string, name="history")
     return tf.train.Checkpoint(**parts)
+
+
+def save_model(model, run_dir: Path) -> Path:
+    """Write the final ``model`` as ``RUN_DIR/model.keras`` (atomically): config and weights,
+    which ``keras.saving.load_model`` opens with only ``trainer.models`` imported (every custom
+    layer is registered under the package name ``trainer``)."""
+    path = Path(run_dir) / MODEL_FILE
+    with writing("the final model", path):
+        atomic_write(path, lambda tmp: model.save(tmp))
+    return path
 
 
 def history_at(prefix: str | Path) -> dict:

@@ -28,6 +28,7 @@ from trainer.models import BATCH_NORMS, build_model
 from trainer.memory import keep_large_blocks, release_free_memory
 from trainer.telemetry.precise_bn import BATCHES as PRECISE_BN_BATCHES, population_statistics
 from trainer.telemetry.probes import ProbeBatch, frozen_state, run_probes
+from trainer.telemetry.samples import Samples
 from trainer.telemetry.spikes import SpikeCounter
 from trainer.telemetry.tensorboard import RunWriters, expand, truncate_events
 from trainer.train import checkpoint
@@ -168,6 +169,7 @@ class Evaluator:
         self.last_train_mode = history.get("final_eval_loss_train_mode")
         self.probes = history.get("probes", {})
         self.probe = ProbeBatch(self.batches, corpus.max_len)
+        self.samples = Samples(run.model, corpus, cfg.train.samples) if cfg.train.samples else None
 
     def __call__(self, step: int) -> None:
         with self.timings.phase("eval"):
@@ -183,6 +185,8 @@ class Evaluator:
                 scalars.update(self.probes)
                 self.writers.histograms("eval", histograms, step)
             self.writers.write("eval", scalars, step)
+            if self.samples is not None:
+                self.writers.text("eval", "samples", self.samples(), step)
             if run.eval_step.compilations() != compiled:
                 release_free_memory()
             self.last, self.last_train_mode = loss, train_mode
@@ -288,8 +292,9 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
                   t.steps)
     writers.close()
     precise_bn = (evaluator.precise_bn(corpus, t.seed) if diverged_step is None
-                  and run.model.block_args["norm"] in BATCH_NORMS else None)
+                  and run.model.config.norm in BATCH_NORMS else None)
     summary = _summary(t, diverged_step, run, evaluator, running, speed, stats, precise_bn, timings)
+    checkpoint.save_model(run.model, run_dir)
     write_json(run_dir / "summary.json", summary)
     return summary
 

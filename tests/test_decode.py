@@ -1,0 +1,139 @@
+"""KV-cache decoding (trainer/models/decode.py) against the full-sequence forward, every norm.
+
+Tiny models (2 layers, dim 32, vocab 50, max_len 24) with weights moved off their init (so logits
+are of order 1, not near-uniform) and, for the batch norms, running statistics moved off (0, 1)
+by training-mode passes. Inference mode, float32. "Equal" is <= 1e-5 on the logits.
+"""
+
+import numpy as np
+import pytest
+
+import trainer
+
+tf = trainer.import_tensorflow_quietly()
+import keras  # noqa: E402
+
+from trainer.models import CausalLM, model_config  # noqa: E402
+from trainer.models.decode import Decoder, Request, choose  # noqa: E402
+from trainer.models.lm import DECODE_NEEDS_INFERENCE  # noqa: E402
+from trainer.models.norms import BATCH_NORMS, NORMS  # noqa: E402
+
+VOCAB, MAX_LEN = 50, 24
+SAME = 1e-5
+RNG = np.random.default_rng(3)
+# BOS (1) first, then prompts of different lengths; ids >= 3 (no PAD/EOS inside a prompt)
+PROMPTS = [[1, *RNG.integers(3, VOCAB, n)] for n in (2, 6, 4, 9, 3)]
+
+
+def _model(norm: str) -> CausalLM:
+    keras.utils.set_random_seed(0)
+    model = CausalLM(model_config(num_layers=2, dim=32, num_heads=2, ffn_dim=64, norm=norm,
+                                  bn_momentum=0.5), VOCAB, MAX_LEN)
+    model.build((None, MAX_LEN))
+    rng = np.random.default_rng(1)
+    for w in model.trainable_weights:  # away from N(0, 0.02) and γ = 1, β = 0
+        w.assign(w.numpy() + rng.normal(0, 0.15, w.shape).astype("float32"))
+    for _ in range(3):  # batch norms: running statistics from batches, not (0, 1)
+        model(rng.integers(1, VOCAB, (4, 12)).astype("int32"), training=True)
+    return model
+
+
+@pytest.fixture(scope="module", params=sorted(NORMS))
+def decoder(request) -> Decoder:
+    """One decoder per norm: its compiled programs are shared by the tests below."""
+    return Decoder(_model(request.param), record_logits=True)
+
+
+def _full_logits(model, sequences: list[list[int]]) -> list[np.ndarray]:
+    """Logits of each sequence at every position, from one right-padded full forward."""
+    length = max(map(len, sequences))
+    tokens = np.zeros((len(sequences), length), "int32")
+    mask = np.zeros((len(sequences), length), "float32")
+    for row, s in enumerate(sequences):
+        tokens[row, :len(s)], mask[row, :len(s)] = s, 1.0
+    out = np.asarray(model(tokens, padding_mask=mask, training=False))
+    return [out[row, :len(s)] for row, s in enumerate(sequences)]
+
+
+def _requests(new_tokens=(6, 6, 6, 6, 6)) -> list[Request]:
+    return [Request(p, n, seed=i) for i, (p, n) in enumerate(zip(PROMPTS, new_tokens))]
+
+
+def test_bn_running_statistics_are_not_their_init(decoder):
+    for block in decoder.model.blocks:
+        if block.config.norm in BATCH_NORMS:
+            mean, var = block.attention_norm.running_moments
+            assert np.abs(mean.numpy()).max() > 1e-2 and np.abs(var.numpy() - 1).max() > 1e-2
+
+
+def test_cached_logits_equal_the_full_forward_at_every_position(decoder):
+    done = decoder.generate(_requests(), batch_size=len(PROMPTS))  # padded prompts, one batch
+    fed = [c.sequence[:-1] for c in done]  # the last token is emitted, never read
+    full = _full_logits(decoder.model, fed)
+    for c, expected in zip(done, full):
+        assert len(c.tokens) == 6 and len(c.logits) == len(expected)
+        assert np.abs(np.stack(c.logits) - expected).max() <= SAME
+    # logits of order 1, not near zero: a 1e-5 agreement says something
+    assert max(np.abs(f).max() for f in full) > 0.5
+
+
+def test_greedy_output_equals_the_argmax_loop_over_full_forwards(decoder):
+    done = decoder.generate(_requests(), batch_size=len(PROMPTS))  # the programs compiled above
+    # All prompts advance together, each a full forward over its whole prefix (right-padded
+    # to max_len: in inference mode a pad never reaches an earlier position).
+    forward = tf.function(lambda t: decoder.model(t, training=False))
+    seqs = [list(p) for p in PROMPTS]
+    for _ in range(6):
+        tokens = np.zeros((len(seqs), MAX_LEN), "int32")
+        for row, s in enumerate(seqs):
+            tokens[row, :len(s)] = s
+        logits = forward(tokens).numpy()
+        for row, s in enumerate(seqs):
+            s.append(int(np.argmax(logits[row, len(s) - 1])))
+    assert [c.sequence for c in done] == seqs
+
+
+def test_a_rows_logits_do_not_change_when_others_join_finish_or_refill(decoder):
+    # 5 requests, 2 slots, different lengths: rows finish at different steps and are refilled.
+    # Sampled: each request has its own seeded sampler, so its tokens do not change either.
+    requests = _requests(new_tokens=(2, 7, 3, 5, 4))
+    batched = decoder.generate(requests, batch_size=2, temperature=1.0, top_k=8)
+    for r, c in zip(requests, batched):
+        alone = decoder.generate([r], batch_size=1, temperature=1.0, top_k=8)[0]
+        assert c.tokens == alone.tokens
+        assert np.abs(np.stack(c.logits) - np.stack(alone.logits)).max() <= SAME
+
+
+def test_a_row_stops_at_max_len_tokens_in_all():
+    decoder = Decoder(_model("layer"), xla=False)
+    prompt = [1, *range(3, MAX_LEN)]  # MAX_LEN - 2 tokens
+    (c,) = decoder.generate([Request(prompt, 10)], batch_size=1)
+    assert len(c.tokens) == 2 and len(c.sequence) == MAX_LEN
+
+
+def test_the_stop_token_ends_a_request_and_is_not_kept():
+    model = _model("layer")
+    first = int(np.argmax(_full_logits(model, [PROMPTS[1]])[0][-1]))
+    decoder = Decoder(model, xla=False, stop_id=first)
+    (c,) = decoder.generate([Request(PROMPTS[1], 5)], batch_size=1)
+    assert c.tokens == []
+    assert len(Decoder(model, xla=False).generate([Request(PROMPTS[1], 5)], 1)[0].tokens) == 5
+
+
+@pytest.mark.parametrize("norm", sorted(BATCH_NORMS))
+def test_decoding_with_batch_statistics_is_refused_with_the_reason(norm):
+    model = _model(norm)
+    with pytest.raises(ValueError) as err:
+        model(np.ones((1, 1), "int32"), cache=model.new_cache(1),
+              positions=np.zeros((1, 1), "int32"), training=True)
+    assert DECODE_NEEDS_INFERENCE in str(err.value)  # keras adds a header line
+
+
+def test_choose_greedy_top_k_and_seeded_sampling():
+    logits = np.array([0.0, 3.0, 1.0, 2.9, -1.0], "float32")
+    assert choose(logits, 0.0, 0, None) == 1
+    draws = [choose(logits, 5.0, 2, np.random.default_rng(s)) for s in range(200)]
+    assert set(draws) == {1, 3}  # top-2 only, both drawn at a high temperature
+    again = [choose(logits, 5.0, 2, np.random.default_rng(s)) for s in range(200)]
+    assert draws == again
+    assert len({choose(logits, 5.0, 0, np.random.default_rng(s)) for s in range(200)}) == 5
