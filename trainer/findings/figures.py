@@ -14,14 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from trainer.atomic import save_figure  # noqa: E402
-from trainer.results.palette import NORM_COLORS  # noqa: E402
+from trainer.atomic import save_figure, subplots
 from trainer.findings.thresholds import SATURATED_MIN
+from trainer.results.palette import NORM_COLORS
 
 WHEN = (("first", "step 0", ":"), ("mid", "mid-training", "--"), ("last", "final", "-"))
 RESIDUAL_COLORS = {"true": NORM_COLORS["layer"], "false": "#7f7f7f"}
@@ -42,7 +37,7 @@ def collapse_by_depth(ref, path: Path) -> Path | None:
     if not all(runs.values()):
         return None
     layers = ref.num_layers("grid")
-    fig, ax = plt.subplots(figsize=(7.5, 4.2), constrained_layout=True)
+    fig, ax = subplots(figsize=(7.5, 4.2), constrained_layout=True)
     drawn = False
     for residual, members in runs.items():
         for which, label, style in WHEN:
@@ -58,7 +53,6 @@ def collapse_by_depth(ref, path: Path) -> Path | None:
             ax.plot(range(layers), mean, style, color=RESIDUAL_COLORS[residual], lw=2, marker="o",
                     label=f"{'residual' if residual == 'true' else 'no residual'}, {label}")
     if not drawn:  # runs without the per-block probe (made before it existed)
-        plt.close(fig)
         return None
     ax.set_xlabel("block")
     ax.set_ylabel("‖X − 1·meanᵀ‖ / ‖X‖  (0 = rank-1 collapse)")
@@ -77,7 +71,7 @@ def loss_by_depth(ref, path: Path) -> Path | None:
     ds = sorted({*depths(ref), ref.num_layers("grid")})
     if len(ds) < 2:
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 4.2), constrained_layout=True)
+    fig, ax = subplots(figsize=(7.5, 4.2), constrained_layout=True)
     top = max((v for name, want in VARIANTS for d in ds
                for v in losses(ref, None, want, d, quiet=True).values()
                if v is not None and v != float("inf")), default=4.0) + 0.2
@@ -117,7 +111,7 @@ def saturation_by_alpha(ref, path: Path) -> Path | None:
     layers = ref.num_layers("dyt")
     alphas = sorted({float(r.cfg.model.dyt_alpha) for r in runs})
     by = {a: [r for r in runs if float(r.cfg.model.dyt_alpha) == a] for a in alphas}
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), constrained_layout=True)
+    fig, axes = subplots(1, 2, figsize=(10, 4.2), constrained_layout=True)
     color = NORM_COLORS["dyt"]
     for ax, value in ((axes[0], final_loss), (axes[1], lambda r: dyt_saturation(r, layers))):
         vals = {a: [value(r) for r in by[a]] for a in alphas}
@@ -157,7 +151,7 @@ def ln_numbers(path: Path) -> Path:
     from trainer.findings.ln import DOMINANT, NEAR_CONSTANT, normalise
 
     out = normalise([DOMINANT, NEAR_CONSTANT])
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)
+    fig, axes = subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)
     for ax, name, x, y in zip(axes, ("one dominant feature", "near-constant"),
                               (DOMINANT, NEAR_CONSTANT), out):
         idx = np.arange(len(x))
