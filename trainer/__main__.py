@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                 summarize(root)
             print((root / "summary.md").read_text())
         elif args.command == "reproduce":
-            from trainer.results.reproduce_all import reproduce_path
+            from trainer.reproduce import reproduce_path
 
             return reproduce_path(Path(args.run_dir), args.out, args.sample, args.seed,
                                   args.parallel, args.reuse, args.strict)
