@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
+# What the command line sets (trainer/__main__.py), before anything imports TensorFlow.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import trainer
+import pytest  # noqa: E402
+
+import trainer  # noqa: E402
 
 trainer.import_tensorflow_quietly()
 

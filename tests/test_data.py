@@ -12,6 +12,7 @@ from trainer.config import ConfigError, load_config
 from trainer.data import Corpus, DataError, prepare
 from trainer.data import sources
 from trainer.data.batching import make_windows
+from trainer.data.tfdata import train_dataset
 
 
 def data_cfg(cache, *overrides):
@@ -187,7 +188,7 @@ def test_train_batch_deterministic_and_resumable(corpus):
 
 
 def test_train_dataset_matches_train_batch(corpus):
-    ds = corpus.train_dataset(seed=3, start_step=corpus.batches_per_epoch - 2).take(4)
+    ds = train_dataset(corpus, seed=3, start_step=corpus.batches_per_epoch - 2).take(4)
     for i, batch in enumerate(ds.as_numpy_iterator()):
         want = corpus.train_batch(corpus.batches_per_epoch - 2 + i, seed=3)
         assert all(np.array_equal(batch[k], want[k]) for k in want)

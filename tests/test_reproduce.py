@@ -19,8 +19,8 @@ import pytest
 
 from trainer.config import ConfigError, load_config
 from trainer.results.events import read_scalars
-from trainer.results.reproduce import reproduce, tolerances
-from trainer.results.reproduce_all import choose, reproduce_all, reproduce_path
+from trainer.reproduce import choose, reproduce, reproduce_all, reproduce_path
+from trainer.results.compare import tolerances
 from trainer.train.loop import run_training
 
 REPO = Path(__file__).resolve().parents[1]

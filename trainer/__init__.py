@@ -1,10 +1,8 @@
-"""normlab: a normalization and residual ablation lab for Transformer language models."""
+"""normlab: a normalization and residual ablation lab for Transformer language models.
 
-import os
-
-# TensorFlow prints CUDA/XLA chatter on CPU machines; keep the console for the user.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+Importing the package changes nothing outside it (no environment variable, no matplotlib
+backend): the command line (``trainer/__main__.py``) sets what it needs.
+"""
 
 __version__ = "0.1.0"
 
@@ -12,6 +10,7 @@ __version__ = "0.1.0"
 def import_tensorflow_quietly():
     """Import TensorFlow with stderr muted: its CUDA probe on CPU machines logs through absl
     before TF_CPP_MIN_LOG_LEVEL is read. Errors still surface (as the raised exception)."""
+    import os
     import sys
 
     if "tensorflow" in sys.modules:

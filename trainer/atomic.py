@@ -1,5 +1,6 @@
-"""Atomic file writes (a reader, or a crash, never leaves half a file behind) and the JSON
-files of a run directory (config and results read them back with ``read_json``)."""
+"""Atomic file writes (a reader, or a crash, never leaves half a file behind), the JSON files of
+a run directory (config and results read them back with ``read_json``) and the PNG figures
+(drawn off-screen by ``subplots``, written by ``save_figure``)."""
 
 from __future__ import annotations
 
@@ -58,11 +59,24 @@ def write_csv(path: str | os.PathLike, rows: list[dict]) -> None:
     write_atomic(path, buf.getvalue())
 
 
-def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> None:
-    """A matplotlib figure as a PNG, written atomically; the figure is closed either way."""
-    import matplotlib.pyplot as plt
+# pyplot.subplots' arguments that lay out the axes; the others describe the figure.
+_GRID_ARGS = ("sharex", "sharey", "squeeze", "width_ratios", "height_ratios", "subplot_kw",
+              "gridspec_kw")
 
-    try:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
-    finally:
-        plt.close(fig)
+
+def subplots(nrows: int = 1, ncols: int = 1, **kwargs):
+    """``matplotlib.pyplot.subplots`` without pyplot: a ``Figure`` on an Agg canvas (drawn in
+    memory, so it works headless) that no backend, pyplot state or GUI ever sees. Same
+    arguments, same figure; nothing to close, it is freed with its last reference."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    grid = {k: kwargs.pop(k) for k in _GRID_ARGS if k in kwargs}
+    fig = Figure(**kwargs)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(nrows, ncols, **grid)
+
+
+def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> None:
+    """A matplotlib figure as a PNG at ``dpi``, written atomically."""
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))

@@ -11,8 +11,10 @@ from __future__ import annotations
 import difflib
 import enum
 
+from trainer.faults import ProjectError
 
-class ConfigError(ValueError):
+
+class ConfigError(ProjectError, ValueError):
     """A bad config or override; the message is one line meant for the user."""
 
 

@@ -1,15 +1,17 @@
 """Launching a sweep's variants and waiting for them, including variants another process runs.
 
-Each variant is one ``python -m trainer train`` command; its exit code says how it ended:
+Each variant is one ``python -m trainer train`` command line; its exit code says how it ended:
 0 completed or diverged, ``EXIT_STOPPED`` pre-empted (resumable), ``EXIT_BUSY`` refused
 because another live process holds its run directory ("running elsewhere"), anything else
 failed. Two sweeps (or a relaunch after a timeout) may share a results directory: each runs
 what nobody else is running and waits for the rest.
 
 Locally, ``--parallel N`` keeps N worker processes (``python -m trainer worker``) that import
-TensorFlow once and fork a child per command, so interpreter and import start-up are paid N
-times, not once per variant; ``reuse=False`` starts one process per command instead. A run
-gives the same numbers either way (tests/test_sweep.py).
+TensorFlow once and fork a child per command, which runs it through the same function as
+``python -m trainer train`` (``trainer.train.command``), so interpreter and import start-up are
+paid N times, not once per variant; ``reuse=False`` starts one process per command instead
+(as submitit jobs do). A run gives the same numbers either way, bit for bit
+(tests/test_bench_sweep.py).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ STOP_WAIT_S = 300  # how long a requeued job gives its training process to check
 def run_local(commands: list[list[str]], parallel: int, desc: str, reuse: bool = True) -> list[int]:
     """N local processes at a time; returns the exit codes in order.
 
-    ``reuse``: N worker processes run the commands (``python -m trainer ARGS...``) in turn;
+    ``reuse``: N worker processes run the commands (``python -m trainer train ARGS...``) in turn;
     else one process per command. SIGTERM/SIGINT to the sweep is passed on to the running
     variants as SIGTERM (Kubernetes signals only the main process), so they checkpoint and
     exit ``EXIT_STOPPED``; variants not started yet count as stopped too.
@@ -103,8 +105,8 @@ def _wait_forwarding(proc: subprocess.Popen, stop, poll=None) -> int:
 
 
 class Worker:
-    """A ``python -m trainer worker`` process: takes one command's arguments per line on its
-    stdin and answers each with the exit code on a result pipe (its stdout and stderr stay the
+    """A ``python -m trainer worker`` process: takes one train command's arguments (``train``
+    first) per line on its stdin and answers each with the exit code on a result pipe (its stdout and stderr stay the
     console's, like a variant's own process)."""
 
     def __init__(self):
@@ -145,11 +147,12 @@ class Worker:
 
 def serve_worker(result_fd: int) -> int:
     """The worker's side, a fork server: TensorFlow, Keras and the trainer are imported once
-    (nothing run: TF's runtime and XLA's flags start in each child), then each command read
-    from stdin runs in a forked child with the CLI's ``main``, and its exit code is written
-    back. Every run thus starts from the same fresh state as its own process would (same
-    numbers, same XLA programs, so seeds share the compilation cache), and a crash or leak
-    stays in its child. SIGTERM/SIGINT are passed on to the running child."""
+    (nothing run: TF's runtime and XLA's flags start in each child), then each ``train``
+    command read from stdin runs in a forked child with ``trainer.train.command.train`` (what
+    ``python -m trainer train`` runs), and its exit code is written back. Every run thus
+    starts from the same fresh state as its own process would (same numbers, same XLA
+    programs, so seeds share the compilation cache), and a crash or leak stays in its child.
+    SIGTERM/SIGINT are passed on to the running child."""
     import importlib
 
     importlib.import_module("trainer.train.loop")  # the imports every run needs, paid once
@@ -177,14 +180,20 @@ def serve_worker(result_fd: int) -> int:
 
 
 def _child(args: list[str]) -> int:
-    """One command in a forked worker child; returns its exit code (flushed, cache closed)."""
+    """One ``train ARGS...`` command in a forked worker child, run by the function
+    ``python -m trainer train`` runs; returns its exit code (output flushed, cache closed)."""
     from trainer import compile_cache
-    from trainer.__main__ import main
+    from trainer.faults import report
+    from trainer.train.command import parse, train
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until the run installs its own handler
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        rc = main(args) or 0
+        if args[:1] != ["train"]:
+            print(f"error: a worker runs train commands only, got {args[:1]}", file=sys.stderr)
+            rc = 2
+        else:  # the command as typed: the worker's own argv[0], like a train process's
+            rc = report(lambda: train(parse(args[1:]), [sys.argv[0], *args]))
     except SystemExit as e:  # argparse errors
         rc = e.code if isinstance(e.code, int) else 2
     except BaseException:  # an internal failure: its traceback, and this command fails

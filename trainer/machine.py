@@ -3,8 +3,8 @@ thread counts and the kernels TensorFlow picks for them.
 
 Two runs of the same code and packages agree bit for bit only when these agree too: oneDNN and
 XLA choose kernels (vector width, FMA or not, blocking) from the instruction sets, and the number
-of threads decides how reductions are split. ``reproduce`` compares these records to decide
-between demanding identity and allowing a float32 tolerance.
+of threads decides how reductions are split. ``trainer.results.compare`` compares these records
+(its ``IDENTITY_KEYS``) to decide between demanding identity and allowing a float32 tolerance.
 """
 
 from __future__ import annotations
@@ -24,10 +24,6 @@ PACKAGES = ("tensorflow", "keras", "tensorboard", "datasets", "tokenizers", "gen
 
 # Instruction sets that change which kernels oneDNN/XLA/Eigen generate (and so the rounding).
 _ISA = re.compile(r"^(avx|avx2|fma|avx512.*|avx_vnni|amx.*)$")
-# Keys of machine_identity() that must be equal for a rerun to be expected bit-identical
-# (besides having no accelerator at all: reproduce never demands identity from one).
-IDENTITY_KEYS = ("cpu_model", "cpu_flags", "logical_cores", "usable_cores", "intra_op_threads",
-                 "inter_op_threads", "onednn_enabled")
 
 
 def _cpuinfo() -> tuple[str | None, list[str], int | None]:

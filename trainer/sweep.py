@@ -1,8 +1,11 @@
 """Sweeps: a grid of config overrides, one run directory per variant, one summary table.
 
-A sweep spec is YAML (strict schema below). Each variant runs ``python -m trainer train`` in its
-own process, so variants never share TensorFlow state and ``--parallel N`` is just N processes.
-Completed variants are skipped and unfinished ones resume when the sweep is run again.
+A sweep spec is YAML (strict schema below). Each variant is a ``python -m trainer train``
+command line. By default ``--parallel N`` worker processes run them in turn, each variant in a
+forked child of a worker, through the ``train`` command's own function (``trainer.launch``);
+``--no-reuse`` and the submitit launchers run each as its own process. Either way variants
+never share TensorFlow state. Completed variants are skipped and unfinished ones resume when
+the sweep is run again.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from trainer import best_lr
 from trainer.config import ConfigError, load_config, network_key
+from trainer.faults import ProjectError
 
 
 # Run and sweep names become directory names: no separators, no leading dot, so no escaping.
 SAFE_NAME = re.compile(r"[\w,=+-][\w.,=+-]*")
 
 
-class SweepFailed(Exception):
+class SweepFailed(ProjectError):
     """Some variants of a sweep failed (their logs say why); the others' tables were written."""
 
 
@@ -146,6 +150,19 @@ def resolve_variants(spec: SweepSpec, spec_path: Path, base: Path, extra=()
     return dedupe(variants, configs)
 
 
+def _hparams_config(root: Path, spec: SweepSpec) -> None:
+    """The results directory's HParams experiment (its swept keys), once per directory."""
+    from trainer.telemetry.tensorboard import write_hparams_config
+    from trainer.train.loop import HPARAM_KEYS
+
+    if not list(root.glob("events.out.tfevents.*")):  # not again when the sweep is rerun
+        swept = [k for k in spec.grid if k in HPARAM_KEYS] + (
+            ["train.seed"] if len(spec.seeds) > 1 else []) + (
+            ["train.lr"] if spec.best_lr is not None else [])
+        write_hparams_config(root, [k.split(".")[-1] for k in HPARAM_KEYS],
+                             swept=tuple(k.split(".")[-1] for k in swept))
+
+
 def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
               extra: list[str] = (), launcher: str = "local", wait: bool = True,
               wait_limit_s: float = 24 * 3600, reuse: bool = True) -> Path:
@@ -161,8 +178,6 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     from trainer.data import prepare
     from trainer.faults import Stopped, writing
     from trainer.results.summarize import summarize
-    from trainer.telemetry.tensorboard import write_hparams_config
-    from trainer.train.loop import HPARAM_KEYS
 
     spec, base = load_spec(spec_path)
     name = spec.name or Path(spec_path).stem
@@ -171,12 +186,7 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     for note in notes:
         print(note, flush=True)
     root.mkdir(parents=True, exist_ok=True)
-    if not list(root.glob("events.out.tfevents.*")):  # once per results dir, not per rerun
-        swept = [k for k in spec.grid if k in HPARAM_KEYS] + (
-            ["train.seed"] if len(spec.seeds) > 1 else []) + (
-            ["train.lr"] if spec.best_lr is not None else [])
-        write_hparams_config(root, [k.split(".")[-1] for k in HPARAM_KEYS],
-                             swept=tuple(k.split(".")[-1] for k in swept))
+    _hparams_config(root, spec)
     prepare(configs[0].data)  # build the dataset/tokenizer cache once, not in N processes
 
     commands = [[sys.executable, "-m", "trainer", "train", "--config", str(base),

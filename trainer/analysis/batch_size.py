@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from trainer.analysis import analyse_runs, analysis_main, option
-from trainer.atomic import save_figure
+from trainer.atomic import save_figure, subplots
 from trainer.config import ConfigError, load_config
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 64)
@@ -98,14 +98,9 @@ def analyse(run_dir: Path, n: int, sizes) -> list[dict]:
 
 def plot(rows: list[dict], path: Path) -> None:
     """Loss vs batch size, one line per norm x mode (mean over seeds, seeds faint)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from trainer.results.palette import NORM_COLORS
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.2), constrained_layout=True)
+    fig, ax = subplots(figsize=(7.5, 4.2), constrained_layout=True)
     for norm in dict.fromkeys(r["norm"] for r in rows):
         for mode, style in (("train", "-"), ("inference", "--")):
             mine = [r for r in rows if r["norm"] == norm and r["mode"] == mode

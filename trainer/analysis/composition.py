@@ -20,7 +20,7 @@ import numpy as np
 
 from trainer.analysis import analyse_runs, analysis_main, option
 from trainer.analysis.batch_size import MODES, full_windows, restore
-from trainer.atomic import save_figure
+from trainer.atomic import save_figure, subplots
 from trainer.config import ConfigError
 
 PARTNERS = 7  # rows besides the target: batches of 8 sequences
@@ -75,16 +75,11 @@ def analyse(run_dir: Path, n: int) -> list[dict]:
 
 def plot(rows: list[dict], path: Path) -> None:
     """Max |Δ logits| per norm x mode, seeds as points, on a log axis floored at FLOOR."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from trainer.findings.thresholds import DEPENDENT_MIN, INVARIANT_MAX
     from trainer.results.palette import NORM_COLORS
 
     norms = list(dict.fromkeys(r["norm"] for r in rows))
-    fig, ax = plt.subplots(figsize=(7.5, 4.2), constrained_layout=True)
+    fig, ax = subplots(figsize=(7.5, 4.2), constrained_layout=True)
     for i, norm in enumerate(norms):
         for j, (mode, marker) in enumerate((("train", "o"), ("inference", "s"))):
             ys = [max(r["max_abs_delta"], FLOOR) for r in rows

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trainer.atomic import save_figure, write_atomic, write_csv
+from trainer.atomic import save_figure, subplots, write_atomic, write_csv
 from trainer.config import Init, Placement, load_config
 
 
@@ -69,13 +69,8 @@ def run(config: str, overrides: list[str], out: Path, seeds: list[int], inits: l
 
 def plot(rows: list[dict], path: Path) -> None:
     """One panel per init: FFN-out gradient norm vs block, Pre-LN and Post-LN, seeds faint."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     inits = list(dict.fromkeys(r["init"] for r in rows))
-    fig, axes = plt.subplots(1, len(inits), figsize=(4.2 * len(inits), 3.4), squeeze=False,
+    fig, axes = subplots(1, len(inits), figsize=(4.2 * len(inits), 3.4), squeeze=False,
                              constrained_layout=True)
     colors = {"pre": "tab:blue", "post": "tab:red"}
     for ax, init in zip(axes[0], inits):

@@ -23,7 +23,7 @@ import numpy as np
 
 from trainer.analysis import analyse_runs, analysis_main, option
 from trainer.analysis.batch_size import restore
-from trainer.atomic import save_figure
+from trainer.atomic import save_figure, subplots
 from trainer.config import ConfigError, load_config
 from trainer.findings.thresholds import POLLUTION_MIN
 
@@ -83,15 +83,10 @@ def analyse(run_dir: Path, k: int, corpora: dict) -> list[dict]:
 
 def plot(rows: list[dict], path: Path) -> None:
     """Shift per condition, one colour per norm, seeds as points, the threshold dotted."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from trainer.results.palette import NORM_COLORS
 
     norms = list(dict.fromkeys(r["norm"] for r in rows))
-    fig, ax = plt.subplots(figsize=(7.5, 4.2), constrained_layout=True)
+    fig, ax = subplots(figsize=(7.5, 4.2), constrained_layout=True)
     labels = []
     for i, condition in enumerate(CONDITIONS):
         mine = [r for r in rows if r["condition"] == condition]

@@ -25,7 +25,7 @@ import numpy as np
 
 from trainer.analysis import analyse_runs, analysis_main, option
 from trainer.analysis.batch_size import full_windows, restore
-from trainer.atomic import save_figure
+from trainer.atomic import save_figure, subplots
 from trainer.config import ConfigError
 from trainer.findings.stream import AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX
 
@@ -133,11 +133,8 @@ def plot(rows: list[dict], path: Path) -> None:
     norm vs block (F10). One line per norm · residual · γβ setting (mean), seeds faint."""
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, label in enumerate(dict.fromkeys(_label(r) for r in rows)):
         mine = [r for r in rows if _label(r) == label]
         for ax, key in zip(axes, ("probe_accuracy", "norm_output_cv")):

@@ -1,13 +1,11 @@
-"""Arguments of ``python -m trainer bench [data|report|sweep|decode]`` (argparse only:
-imported before TF)."""
+"""Arguments of ``python -m trainer bench [data|report|sweep|decode]`` (argparse only: imported
+before TF): ``bench`` alone reports one config, ``ACTIONS`` are its subcommands."""
 
 from __future__ import annotations
 
 import argparse
 import shlex
 import sys
-
-ACTIONS = ("data", "report", "sweep", "decode")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,7 +36,7 @@ def _sizes(text: str) -> list[int]:
 
 def _run_parser() -> _Parser:
     p = _Parser(prog="python -m trainer bench", description="Performance report of one config "
-                "as JSON (README 'Performance'). Also: `bench data|report|sweep|decode --help`.")
+                f"as JSON (README 'Performance'). Also: `bench {'|'.join(ACTIONS)} --help`.")
     p.add_argument("--config", default="configs/bench.yaml", help="experiment YAML")
     p.add_argument("--out", default="bench.json", help="JSON report path")
     p.add_argument("--steps", type=_positive, default=30,
@@ -106,13 +104,17 @@ def _decode_parser() -> _Parser:
     return p
 
 
+_PARSERS = {"run": _run_parser, "data": _data_parser, "report": _report_parser,
+            "sweep": _sweep_parser, "decode": _decode_parser}
+ACTIONS = tuple(a for a in _PARSERS if a != "run")  # bench's subcommands (``bench ACTION ...``)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    """``bench`` arguments (after the word ``bench``); ``command`` is "bench", ``action`` one
-    of run, data, report, sweep, decode."""
+    """``bench`` arguments (after the word ``bench``); ``command`` is "bench", ``action`` "run"
+    (one config's report) or one of ``ACTIONS``."""
     action = argv[0] if argv[:1] and argv[0] in ACTIONS else "run"
     rest = argv[1:] if action != "run" else argv
-    parser = {"run": _run_parser, "data": _data_parser, "report": _report_parser,
-              "sweep": _sweep_parser, "decode": _decode_parser}[action]()
+    parser = _PARSERS[action]()
     args = parser.parse_args(rest)
     args.command, args.action = "bench", action
     if action == "run":

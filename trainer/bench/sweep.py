@@ -13,8 +13,8 @@ process, with a fresh compilation cache:
 For each: wall time, the share of the workers' time spent in train steps (sum of the runs'
 ``time.train_s`` over wall time x processes at once), the runs' own time phases summed, XLA
 programs compiled and loaded from the cache; and whether every run's numbers agree with the
-baseline's to the last bit (``reproduce``'s comparison, made exact: every summary result and
-every curve but the wall-clock ones).
+baseline's to the last bit (``reproduce``'s comparison, ``trainer.results.compare``, made
+exact: every summary result and every curve but the wall-clock ones).
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def _path_report(out: Path, wall: float, parallel: int) -> dict:
 
 def _agree(a_root: Path, b_root: Path) -> list[str]:
     """Differences between two sweeps' runs (empty: identical results)."""
-    from trainer.results.reproduce import (Comparison, compare_curves, compare_summaries,
-                                           tolerances)
+    from trainer.results.compare import (Comparison, compare_curves, compare_summaries,
+                                         tolerances)
     from trainer.results.run import load_runs
 
     a_runs = {r.name: r for r in load_runs(a_root)}

@@ -97,25 +97,6 @@ class Corpus:
         bucket, rows = self._epoch_cache[2][index]
         return self._build("train", bucket, rows)
 
-    def train_dataset(self, seed: int | None = None, start_step: int = 0, steps: int | None = None):
-        """``tf.data.Dataset`` yielding ``train_batch(step, seed)`` for step = start_step, ... .
-
-        Infinite unless ``steps`` is given. Shapes are (None, None) in the signature; the actual
-        batches only ever have the shapes in ``bucket_shapes()``.
-        """
-        import tensorflow as tf
-
-        def gen():
-            step = start_step
-            while steps is None or step < start_step + steps:
-                yield self.train_batch(step, seed)
-                step += 1
-
-        signature = {"inputs": tf.TensorSpec((None, None), tf.int32),
-                     "targets": tf.TensorSpec((None, None), tf.int32),
-                     "mask": tf.TensorSpec((None, None), tf.float32)}
-        return tf.data.Dataset.from_generator(gen, output_signature=signature).prefetch(2)
-
     def eval_batches(self, split: str = "validation", max_batches: int | None = None) -> list[dict]:
         """A fixed list of batches over ``split`` (same for every run and seed); 0 = all batches.
 

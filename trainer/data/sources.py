@@ -21,6 +21,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from trainer.choices import Source
+from trainer.faults import ProjectError
 
 
 SPLITS = ("train", "validation", "test")
@@ -31,7 +32,7 @@ MIN_PARAGRAPH_CHARS = 20
 TEXT_BATCH = 2048  # texts per batch when streaming a split (hashing, tokenizer training, encoding)
 
 
-class DataError(ValueError):
+class DataError(ProjectError, ValueError):
     """A data problem the user can fix; the message is one line."""
 
 

@@ -15,15 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from trainer.atomic import save_figure  # noqa: E402
-from trainer.results.palette import NORM_COLORS  # noqa: E402
-from trainer.findings.core import GROUP  # noqa: E402
-from trainer.findings.thresholds import SATURATED_MIN  # noqa: E402
+from trainer.atomic import save_figure, subplots
+from trainer.findings.core import GROUP
+from trainer.findings.thresholds import SATURATED_MIN
+from trainer.results.palette import NORM_COLORS
 
 WHEN = (("first", "step 0", ":"), ("mid", "mid-training", "--"), ("last", "final", "-"))
 RESIDUAL_COLORS = {"true": NORM_COLORS["layer"], "false": "#7f7f7f"}
@@ -45,7 +40,7 @@ def collapse_by_depth(ref, path: Path) -> Path | None:
     if not all(runs.values()):
         return None
     layers = ref.num_layers(GROUP)
-    fig, ax = plt.subplots(figsize=(7.5, 4.2), constrained_layout=True)
+    fig, ax = subplots(figsize=(7.5, 4.2), constrained_layout=True)
     drawn = False
     for residual, members in runs.items():
         for which, label, style in WHEN:
@@ -61,7 +56,6 @@ def collapse_by_depth(ref, path: Path) -> Path | None:
             ax.plot(range(layers), mean, style, color=RESIDUAL_COLORS[residual], lw=2, marker="o",
                     label=f"{'residual' if residual == 'true' else 'no residual'}, {label}")
     if not drawn:  # runs without the per-block probe (made before it existed)
-        plt.close(fig)
         return None
     ax.set_xlabel("block")
     ax.set_ylabel("‖X − 1·meanᵀ‖ / ‖X‖  (0 = rank-1 collapse)")
@@ -80,7 +74,7 @@ def loss_by_depth(ref, path: Path) -> Path | None:
     ds = sorted({*depths(ref), ref.num_layers(GROUP)})
     if len(ds) < 2:
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 4.2), constrained_layout=True)
+    fig, ax = subplots(figsize=(7.5, 4.2), constrained_layout=True)
     top = max((v for name, want in VARIANTS for d in ds
                for v in losses(ref, None, want, d, quiet=True).values()
                if v is not None and v != float("inf")), default=4.0) + 0.2
@@ -120,7 +114,7 @@ def saturation_by_alpha(ref, path: Path) -> Path | None:
     layers = ref.num_layers("dyt")
     alphas = sorted({float(r.cfg.model.dyt_alpha) for r in runs})
     by = {a: [r for r in runs if float(r.cfg.model.dyt_alpha) == a] for a in alphas}
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), constrained_layout=True)
+    fig, axes = subplots(1, 2, figsize=(10, 4.2), constrained_layout=True)
     color = NORM_COLORS["dyt"]
     for a in alphas:  # step 0: saturation before any update (hollow), next to the final one
         first = [x for x in (dyt_saturation(r, layers, "first") for r in by[a]) if x is not None]
@@ -165,7 +159,7 @@ def ln_numbers(path: Path) -> Path:
     from trainer.findings.ln import DOMINANT, NEAR_CONSTANT, normalise
 
     out = normalise([DOMINANT, NEAR_CONSTANT])
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)
+    fig, axes = subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)
     for ax, name, x, y in zip(axes, ("one dominant feature", "near-constant"),
                               (DOMINANT, NEAR_CONSTANT), out):
         idx = np.arange(len(x))

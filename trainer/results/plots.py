@@ -1,4 +1,4 @@
-"""Sweep plots (matplotlib, Agg): small multiples that stay readable from 1 to 60+ variants.
+"""Sweep plots (matplotlib, drawn off-screen): small multiples that stay readable from 1 to 60+ variants.
 
 Every figure is laid out from the sweep's swept keys (:func:`trainer.results.palette.swept_keys`):
 one panel per value of the first key (the norm, for grid sweeps), inside a panel the second key
@@ -21,17 +21,13 @@ import statistics
 import textwrap
 from pathlib import Path
 
-import matplotlib
+from matplotlib.lines import Line2D
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-
-from trainer.atomic import atomic_write  # noqa: E402
-from trainer.results.palette import Sweep  # noqa: E402
-from trainer.results.metrics import final_probe, gap  # noqa: E402
-from trainer.results.series import (before_divergence, by_block, finite_points,  # noqa: E402
-                                     mean_curve, positive, spikes)
+from trainer.atomic import save_figure, subplots
+from trainer.results.metrics import final_probe, gap
+from trainer.results.palette import Sweep
+from trainer.results.series import (before_divergence, by_block, finite_points, mean_curve,
+                                    positive, spikes)
 
 DPI = 120
 MAX_WIDTH_PX = 2400  # readable on a laptop screen and in a Git host's page without zooming
@@ -81,7 +77,7 @@ def _figure(sweep, rows_per_panel: int, panel_h: float, panel_w: float = 3.3):
     cols = math.ceil(n / panel_rows)
     legend_w = 2.7
     width = min(cols * panel_w + legend_w, MAX_WIDTH_PX / DPI)
-    fig, grid = plt.subplots(panel_rows * rows_per_panel, cols, squeeze=False, sharex="row",
+    fig, grid = subplots(panel_rows * rows_per_panel, cols, squeeze=False, sharex="row",
                              figsize=(width, panel_rows * rows_per_panel * panel_h + 1.4),
                              layout="constrained", dpi=DPI)
     axes = []
@@ -276,7 +272,7 @@ def invariance_figure(sweep: Sweep, baselines=None):
     """Dot plot, one row per variant: batch invariance (log) and train/inference loss gap."""
     variants = [v for p in sweep.panels for v in sweep.variants_in(p)]
     height = 1.9 + 0.22 * len(variants)
-    fig, (ax1, ax2) = plt.subplots(1, 2, sharey=True, figsize=(9.5, height), dpi=DPI,
+    fig, (ax1, ax2) = subplots(1, 2, sharey=True, figsize=(9.5, height), dpi=DPI,
                                    layout="constrained", gridspec_kw={"width_ratios": [3, 2]})
     any_inv = any_gap = False
     for y, v in enumerate(variants):
@@ -330,14 +326,6 @@ FIGURES = {"loss": loss_figure, "grad_norm_by_block": grad_norm_figure,
            "token_cosine_by_depth": token_cosine_figure}
 
 
-def _save(fig, path: Path) -> None:
-    """Write via a temp file + rename: a reader never sees half a PNG."""
-    try:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format="png"))
-    finally:
-        plt.close(fig)
-
-
 def write_plots(runs, out_dir: str | Path, baselines: dict[str, float] | None = None
                 ) -> list[Path]:
     """Write the five PNGs for ``runs`` (``trainer.results.run.Run``) into ``out_dir``.
@@ -351,7 +339,7 @@ def write_plots(runs, out_dir: str | Path, baselines: dict[str, float] | None = 
     paths = []
     for name in NAMES:
         path = out / f"{name}.png"
-        _save(FIGURES[name](sweep, baselines), path)
+        save_figure(FIGURES[name](sweep, baselines), path, dpi=DPI)  # atomic: never half a PNG
         paths.append(path)
     return paths
 

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from trainer import compile_cache
 from trainer.data import prepare
+from trainer.data.tfdata import train_dataset
 from trainer.faults import Stopped
 from trainer.machine import peak_rss_mb
 from trainer.models import BATCH_NORMS, build_model
@@ -257,7 +258,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
     diverged_step = None
     if start == 0:
         evaluator(0)
-    dataset = iter(corpus.train_dataset(t.seed, start_step=start))
+    dataset = iter(train_dataset(corpus, t.seed, start_step=start))
     bar = tqdm(range(start, t.steps), initial=start, total=t.steps, disable=not progress,
                desc=run_dir.name, unit="step", dynamic_ncols=True, leave=False)
     for step in bar:

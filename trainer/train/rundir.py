@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from trainer.atomic import read_json, write_atomic, write_json
 from trainer.config import ConfigError, to_yaml
+from trainer.faults import EXIT_BUSY
 from trainer.machine import machine_identity, versions
 from trainer.provenance import git_dirty, git_sha
 
@@ -27,6 +28,8 @@ class RunDirError(ConfigError):
 
 class RunBusyError(RunDirError):
     """Another live process holds the run's lock: the run is being written elsewhere."""
+
+    exit_code = EXIT_BUSY  # a sweep counts the variant as running elsewhere
 
 
 # How long run_lock retries a held lock before refusing: a sweep's probe (is_locked) holds it

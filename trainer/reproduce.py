@@ -1,10 +1,18 @@
-"""Reproduce the runs of a results directory: what a reader does to trust a results page.
+"""``python -m trainer reproduce``: rerun finished runs from their saved config and compare.
 
-``python -m trainer reproduce RESULTS_DIR [--sample N] [--seed S] [--parallel P] [--out DIR]``
-reruns N of the finished runs under RESULTS_DIR (default all; a sample is drawn at random with a
-printed seed, so the same draw can be repeated), each in its own ``python -m trainer reproduce
-RUN --out DIR/<relative path>`` subprocess, P at a time, and prints one row per run with its
-verdict and largest differences. Exit 0 only when every row is IDENTICAL or WITHIN TOLERANCE.
+``reproduce RUN_DIR [--out DIR] [--reuse] [--strict]`` trains ``RUN_DIR/config.yaml`` again into
+``DIR`` (default ``runs/reproduce/<run name>``, outside ``results/``) and compares the two with
+``trainer.results.compare`` (every summary value and curve; identity on the same code, packages
+and machine, else a tolerance; ``--strict`` demands identity anyway). The verdict is printed and
+written to ``DIR/reproduce.json``. A ``DIR`` that already exists is refused unless ``--reuse``
+is given: then a finished reproduction there is compared again (an unfinished one resumed), after
+checking that it was made by this checkout's code version.
+
+``reproduce RESULTS_DIR [--sample N] [--seed S] [--parallel P] [--out DIR]`` reruns N of the
+finished runs under RESULTS_DIR (default all; a sample is drawn at random with a printed seed, so
+the same draw can be repeated), each in its own ``python -m trainer reproduce RUN --out
+DIR/<relative path>`` subprocess, P at a time, and prints one row per run with its verdict and
+largest differences. Exit 0 only when every row is IDENTICAL or WITHIN TOLERANCE.
 """
 
 from __future__ import annotations
@@ -16,10 +24,93 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from trainer.atomic import read_json
-from trainer.config import ConfigError
-from trainer.results.reproduce import VERDICT_FILE, check_out_dir
+from trainer.atomic import read_json, write_json
+from trainer.config import ConfigError, load_config
+from trainer.provenance import git_dirty, git_sha
+from trainer.results.compare import WALL_CLOCK, compare_runs, short_sha, verdict
 from trainer.results.run import Run, find_runs as run_dirs
+
+VERDICT_FILE = "reproduce.json"  # the verdict, written into the reproduction's directory
+
+
+def _check(run_dir: Path) -> Run:
+    if not run_dir.is_dir():
+        raise ConfigError(f"run directory not found: {run_dir}")
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"not a run directory (no config.yaml): {run_dir}")
+    run = Run(run_dir)
+    if not run.finished:
+        raise ConfigError(f"{run_dir} holds no finished run (status: {run.status}); finish it "
+                          f"before reproducing")
+    return run
+
+
+def check_out_dir(out_dir: Path, reuse: bool) -> None:
+    """Refuse an existing ``out_dir`` unless ``reuse``; when reusing, refuse a reproduction made
+    by another code version than this checkout's (it would not test this code)."""
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir} exists and is not a directory")
+    if not reuse:
+        if any(out_dir.iterdir()):
+            raise ConfigError(f"{out_dir} already exists; pass --reuse to compare against what it "
+                              f"holds (its code version is checked), or choose another --out")
+        return
+    meta = Run(out_dir).meta
+    if not meta:
+        return  # nothing trained there yet: the reproduction starts from scratch
+    here = git_sha()
+    if meta.get("git_sha") != here:
+        raise ConfigError(f"{out_dir} holds a reproduction made by code "
+                          f"{short_sha(meta.get('git_sha'))}, this checkout is {short_sha(here)}; "
+                          f"delete it or choose another --out")
+    if meta.get("git_dirty") or git_dirty():
+        print(f"note: uncommitted changes (then or now): {out_dir} may have been made by other "
+              f"code than this checkout's {short_sha(here)}", flush=True)
+
+
+def default_out(run_dir: Path) -> Path:
+    """Where a reproduction goes unless told: under the git-ignored ``runs/``, never in results/."""
+    return Path("runs") / "reproduce" / run_dir.resolve().name
+
+
+def reproduce(run_dir: str | Path, out: str | Path | None = None, progress: bool = True,
+              reuse: bool = False, strict: bool = False) -> int:
+    """Rerun ``run_dir`` into ``out`` (default ``default_out``) and compare; 0 = match, 1 = not.
+
+    The verdict is printed and written to ``out/reproduce.json``.
+    """
+    from trainer.train.loop import run_training
+
+    run_dir = Path(run_dir)
+    original = _check(run_dir)
+    cfg = load_config(run_dir / "config.yaml")
+    out_dir = Path(out) if out else default_out(run_dir)
+    if out_dir.resolve() == run_dir.resolve():
+        raise ConfigError("--out must differ from the run directory being reproduced")
+    check_out_dir(out_dir, reuse)
+    print(f"reusing the finished reproduction of {run_dir} in {out_dir}"
+          if Run(out_dir).finished else f"reproducing {run_dir} -> {out_dir}", flush=True)
+    argv = ["python", "-m", "trainer", "reproduce", str(run_dir), "--out", str(out_dir)]
+    summary = run_training(cfg, out_dir, argv=argv, progress=progress)
+    new = Run(out_dir, summary=summary)  # read after training: its files are final now
+
+    steps = int(original.summary.get("steps") or cfg.train.steps)
+    cmp, why = compare_runs(original, new, steps, strict)
+    result = verdict(cmp, why)
+    write_json(out_dir / VERDICT_FILE, result)
+    print(f"compared {cmp.values} values, {cmp.curves} curves of them "
+          f"({', '.join(WALL_CLOCK)} skipped); {cmp.unequal} not bit-equal")
+    print(result["text"])
+    for diff in cmp.diffs[1:5]:
+        print(f"  also {diff}")
+    if len(cmp.diffs) > 5:
+        print(f"  ... {len(cmp.diffs) - 5} more curves or values beyond the tolerance")
+    return 1 if cmp.diffs else 0
+
+
+# ---- a results directory ---------------------------------------------------------------------
 
 PASS = ("IDENTICAL", "WITHIN TOLERANCE")
 
@@ -126,8 +217,6 @@ def reproduce_path(target: Path, out: str | Path | None = None, sample: int | No
                    strict: bool = False) -> int:
     """The ``reproduce`` command: one run directory (it holds config.yaml), or every run of a
     results directory."""
-    from trainer.results.reproduce import reproduce
-
     if (target / "config.yaml").is_file() or not target.is_dir():
         if (sample, seed, parallel) != (None, None, None):
             raise ConfigError(f"--sample, --seed and --parallel apply to a results directory; "

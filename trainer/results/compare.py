@@ -1,8 +1,6 @@
-"""Rerun a finished run from its saved config.yaml and compare the two, metric by metric.
+"""The comparison of a run with its reproduction, metric by metric (pure: no TensorFlow, no rerun).
 
-``python -m trainer reproduce RUN_DIR [--out DIR] [--reuse] [--strict]`` trains
-``RUN_DIR/config.yaml`` again into ``DIR`` (default ``runs/reproduce/<run name>``, outside
-``results/``) and compares
+Compared (``compare_summaries``, ``compare_curves``):
 
 - summary.json: status, steps, final_eval_loss, final_eval_loss_train_mode (when the original
   has it), best_eval_loss, diverged_step, max_grad_norm and every probe value;
@@ -14,24 +12,18 @@ versions and the same machine identity (``trainer.machine``: CPU model, instruct
 counts, oneDNN, no accelerator) must give a **bit-identical** rerun: the loop runs with op
 determinism, so any difference is a MISMATCH. Anything else changes the order or the width of
 float32 operations, and values must agree within a tolerance that grows with the run's length
-(``tolerances``). Status, steps and diverged_step must always match exactly; ``--strict``
-demands identity anyway.
+(``tolerances``). Status, steps and diverged_step must always match exactly; ``strict``
+demands identity anyway. ``compare_runs`` applies the rule, ``verdict`` states the outcome.
 
-A ``DIR`` that already exists is refused unless ``--reuse`` is given: then a finished
-reproduction there is compared again (an unfinished one resumed), after checking that it was
-made by this checkout's code version. Results directories: ``trainer.results.reproduce_all``.
+The rerun itself is ``trainer.reproduce`` (``python -m trainer reproduce``); ``bench sweep``
+compares two sweeps' runs with the same ``Comparison``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
-from trainer.atomic import write_json
-from trainer.config import ConfigError, load_config
-from trainer.machine import IDENTITY_KEYS
-from trainer.provenance import git_dirty, git_sha
 from trainer.results.run import Run
 
 EPS32 = 2.0 ** -23  # float32 machine epsilon
@@ -43,7 +35,10 @@ SUMMARY_KEYS = ("status", "steps", "final_eval_loss", "final_eval_loss_train_mod
 EXACT_KEYS = ("status", "steps", "diverged_step")  # exact even under tolerance
 WALL_CLOCK = ("tokens_per_sec", "padded_tokens_per_sec")  # timing, never reproducible
 ACCELERATORS = ("GPU", "TPU")
-VERDICT_FILE = "reproduce.json"  # the verdict, written into the reproduction's directory
+# Keys of trainer.machine.machine_identity() that must be equal for a rerun to be expected
+# bit-identical (besides having no accelerator at all: identity is never demanded from one).
+IDENTITY_KEYS = ("cpu_model", "cpu_flags", "logical_cores", "usable_cores", "intra_op_threads",
+                 "inter_op_threads", "onednn_enabled")
 
 
 @dataclass(frozen=True)
@@ -62,10 +57,10 @@ def tolerances(steps: int) -> dict[str, Tolerance]:
     Every weight is a float32 sum of ``steps`` updates; other kernels or another split of the
     reductions round each update differently, and the worst-case relative error of such a sum
     grows like ``steps * eps`` (Higham's bound for recursive summation). Losses and summary
-    values get ``max(1e-4, 4 * steps * eps)`` (1e-4 at the reference runs' 200 steps) and
-    atol 1e-6. Per-batch diagnostics (gradient norms, activation statistics, update ratios,
-    probes) amplify the weights' drift through the loss curvature, and token means are sums
-    that cancel to ~0: they get 100x both. Measured rerunning reference runs on another CPU:
+    values get ``max(1e-4, 4 * steps * eps)`` (1e-4 up to 200 steps, 3.8e-4 at the reference
+    runs' 800) and atol 1e-6. Per-batch diagnostics (gradient norms, activation statistics,
+    update ratios, probes) amplify the weights' drift through the loss curvature, and token
+    means are sums that cancel to ~0: they get 100x both. Measured rerunning reference runs on another CPU:
     losses drift up to 4e-6 relative, diagnostics up to 1.2e-3 (token means 5e-5 absolute).
     """
     loss = Tolerance(max(RTOL, 4 * max(steps, 1) * EPS32), ATOL)
@@ -169,7 +164,8 @@ def compare_curves(orig: Run, new: Run, cmp: Comparison) -> Comparison:
     return cmp
 
 
-def _short(sha) -> str:
+def short_sha(sha) -> str:
+    """A git commit's first 7 hex digits, or "unknown"."""
     return str(sha)[:7] if sha else "unknown"
 
 
@@ -185,7 +181,8 @@ def expectation(orig: dict, new: dict) -> list[str]:
     packages, machine. An empty list means bit-identity is demanded."""
     why = []
     if not orig.get("git_sha") or orig.get("git_sha") != new.get("git_sha"):
-        why.append(f"different code: {_short(orig.get('git_sha'))} vs {_short(new.get('git_sha'))}")
+        why.append(f"different code: {short_sha(orig.get('git_sha'))} vs "
+                   f"{short_sha(new.get('git_sha'))}")
     elif orig.get("git_dirty") or new.get("git_dirty"):
         which = [n for n, m in (("original", orig), ("reproduction", new)) if m.get("git_dirty")]
         why.append(f"uncommitted changes in the {' and the '.join(which)}")
@@ -213,48 +210,6 @@ def expectation(orig: dict, new: dict) -> list[str]:
     if accel:
         why.append(f"accelerator ({', '.join(accel)}): kernels differ from CPU and between chips")
     return why
-
-
-def _check(run_dir: Path) -> Run:
-    if not run_dir.is_dir():
-        raise ConfigError(f"run directory not found: {run_dir}")
-    if not (run_dir / "config.yaml").is_file():
-        raise ConfigError(f"not a run directory (no config.yaml): {run_dir}")
-    run = Run(run_dir)
-    if not run.finished:
-        raise ConfigError(f"{run_dir} holds no finished run (status: {run.status}); finish it "
-                          f"before reproducing")
-    return run
-
-
-def check_out_dir(out_dir: Path, reuse: bool) -> None:
-    """Refuse an existing ``out_dir`` unless ``reuse``; when reusing, refuse a reproduction made
-    by another code version than this checkout's (it would not test this code)."""
-    if not out_dir.exists():
-        return
-    if not out_dir.is_dir():
-        raise ConfigError(f"--out {out_dir} exists and is not a directory")
-    if not reuse:
-        if any(out_dir.iterdir()):
-            raise ConfigError(f"{out_dir} already exists; pass --reuse to compare against what it "
-                              f"holds (its code version is checked), or choose another --out")
-        return
-    meta = Run(out_dir).meta
-    if not meta:
-        return  # nothing trained there yet: the reproduction starts from scratch
-    here = git_sha()
-    if meta.get("git_sha") != here:
-        raise ConfigError(f"{out_dir} holds a reproduction made by code "
-                          f"{_short(meta.get('git_sha'))}, this checkout is {_short(here)}; "
-                          f"delete it or choose another --out")
-    if meta.get("git_dirty") or git_dirty():
-        print(f"note: uncommitted changes (then or now): {out_dir} may have been made by other "
-              f"code than this checkout's {_short(here)}", flush=True)
-
-
-def default_out(run_dir: Path) -> Path:
-    """Where a reproduction goes unless told: under the git-ignored ``runs/``, never in results/."""
-    return Path("runs") / "reproduce" / run_dir.resolve().name
 
 
 def _largest_text(cmp: Comparison) -> str:
@@ -290,41 +245,15 @@ def verdict(cmp: Comparison, why: list[str]) -> dict:
             "curves": cmp.curves, "unequal": cmp.unequal}
 
 
-def reproduce(run_dir: str | Path, out: str | Path | None = None, progress: bool = True,
-              reuse: bool = False, strict: bool = False) -> int:
-    """Rerun ``run_dir`` into ``out`` (default ``default_out``) and compare; 0 = match, 1 = not.
-
-    The verdict is printed and written to ``out/reproduce.json``.
-    """
-    from trainer.train.loop import run_training
-
-    run_dir = Path(run_dir)
-    original = _check(run_dir)
-    cfg = load_config(run_dir / "config.yaml")
-    out_dir = Path(out) if out else default_out(run_dir)
-    if out_dir.resolve() == run_dir.resolve():
-        raise ConfigError("--out must differ from the run directory being reproduced")
-    check_out_dir(out_dir, reuse)
-    print(f"reusing the finished reproduction of {run_dir} in {out_dir}"
-          if Run(out_dir).finished else f"reproducing {run_dir} -> {out_dir}", flush=True)
-    argv = ["python", "-m", "trainer", "reproduce", str(run_dir), "--out", str(out_dir)]
-    summary = run_training(cfg, out_dir, argv=argv, progress=progress)
-    new = Run(out_dir, summary=summary)  # read after training: its files are final now
-
+def compare_runs(original: Run, new: Run, steps: int, strict: bool = False
+                 ) -> tuple[Comparison, list[str]]:
+    """Compare ``new``, a rerun of ``original`` (``steps`` optimizer steps long), under the rule:
+    identity when nothing differs (``expectation`` is empty) or ``strict``, else the tolerance.
+    Returns the comparison (its differences summary first, then by step) and the reasons."""
     why = expectation(original.meta, new.meta)
     if strict:
         why = [*why, "--strict"] if why else why
-    cmp = Comparison(tolerances(int(original.summary.get("steps") or cfg.train.steps)),
-                     exact=strict or not why)
+    cmp = Comparison(tolerances(steps), exact=strict or not why)
     compare_curves(original, new, compare_summaries(original.summary, new.summary, cmp))
     cmp.diffs.sort(key=lambda d: (not d.where.startswith("summary"), d.step or 0))
-    result = verdict(cmp, why)
-    write_json(out_dir / VERDICT_FILE, result)
-    print(f"compared {cmp.values} values, {cmp.curves} curves of them "
-          f"({', '.join(WALL_CLOCK)} skipped); {cmp.unequal} not bit-equal")
-    print(result["text"])
-    for diff in cmp.diffs[1:5]:
-        print(f"  also {diff}")
-    if len(cmp.diffs) > 5:
-        print(f"  ... {len(cmp.diffs) - 5} more curves or values beyond the tolerance")
-    return 1 if cmp.diffs else 0
+    return cmp, why

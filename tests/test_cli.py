@@ -1,0 +1,61 @@
+"""The command line's help lists what it can do: every subcommand of the table, every analysis,
+every ``bench`` subcommand (read from the help a user sees, compared with what runs)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer.__main__ import COMMANDS, parser
+from trainer.analysis import ANALYSES
+from trainer.bench.cli import ACTIONS, parse_args as bench_args
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _help(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "trainer", *args, "--help"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_help_lists_every_subcommand():
+    text = _help()
+    section = text.split("positional arguments:")[1].split("options:")[0]
+    listed = re.findall(r"^ {4}(\w+)", section, flags=re.M)
+    subparsers = next(a for a in parser()._actions if a.dest == "command").choices
+    assert listed == list(COMMANDS) == list(subparsers)
+    assert {"train", "sweep", "worker", "summarize", "reproduce", "findings", "analyze",
+            "tensorboard", "bench"} <= set(listed)
+
+
+def test_every_subcommand_has_a_small_handler_and_its_own_help():
+    for name, command in COMMANDS.items():
+        assert command.help and callable(command.run), name
+        if name != "bench":  # bench's own parser answers its --help (below)
+            with pytest.raises(SystemExit) as done:
+                parser().parse_args([name, "--help"])
+            assert done.value.code == 0
+
+
+def test_analyze_help_lists_every_analysis():
+    text = _help("analyze")
+    kinds = re.search(r"^ +KIND +(.+)$", text, flags=re.M).group(1)
+    assert [k.strip() for k in kinds.split(",")] == list(ANALYSES)
+    assert len(ANALYSES) == 5
+
+
+def test_bench_help_lists_every_bench_subcommand_and_each_parses():
+    text = " ".join(_help("bench").split())  # argparse wraps the description
+    listed = re.search(r"`bench ([\w|]+) --help`", text).group(1).split("|")
+    assert listed == list(ACTIONS) and "sweep" in listed
+    for action in ACTIONS:
+        with pytest.raises(SystemExit) as done:
+            bench_args([action, "--help"])
+        assert done.value.code == 0
+    assert all(a in COMMANDS["bench"].help for a in ACTIONS)  # the top-level help line too
