@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from trainer.findings.claim import BASE, Finding, fmt_seeds, line
 from trainer.findings.core import GROUP
-from trainer.findings.lr import describe
+from trainer.findings.lr import describe, variant as lr_variant
 from trainer.findings.reference import Reference
 from trainer.findings.thresholds import (GROWTH_FACTOR, HEADLINE_SEEDS, PROFILE_GROWTH,
                                          SENSITIVITY_MARGIN, WARMUP_MARGIN)
@@ -51,7 +51,7 @@ def f5(ref: Reference) -> Finding:
          for n in ("layer", "none")}
     std = {n: ref.per_seed(f, GROUP, lambda r: r.train_at(f"activation/block_{last}/token_std"),
                            seeds=HEADLINE_SEEDS, norm=n, **want) for n in ("layer", "none")}
-    lr = {n: ref.lr_variant(f, norm=n, **want) for n in ("layer", "none")}
+    lr = {n: lr_variant(ref, f, norm=n, **want) for n in ("layer", "none")}
     if f.missing:
         return f
     for n in ("layer", "none"):
@@ -98,7 +98,7 @@ def f6(ref: Reference) -> Finding:
     want = dict(norm="layer", residual="true")
     loss = {(p, w): ref.per_seed(f, GROUP, test_loss, seeds=HEADLINE_SEEDS, placement=p,
                                  warmup_steps=w, **want) for p in ("pre", "post") for w in (WARM, COLD)}
-    lr = {(p, w): ref.lr_variant(f, placement=p, warmup_steps=w, **want)
+    lr = {(p, w): lr_variant(ref, f, placement=p, warmup_steps=w, **want)
           for p in ("pre", "post") for w in (WARM, COLD)}
     profile = ref.grad_profile(f, "init")
     if f.missing:

@@ -72,12 +72,6 @@ class Reference:
             finding.used.setdefault(group, []).append(r)
         return {seed[id(r)]: fn(r) for r in sorted(runs, key=lambda r: seed[id(r)])}
 
-    def lr_variant(self, finding, **want):
-        """The learning-rate grid of the variant matching ``want`` (``findings.lr.variant``)."""
-        from trainer.findings.lr import variant
-
-        return variant(self, finding, **want)
-
     def baselines(self, group: str, split: str = "test") -> dict | None:
         """Unigram/bigram cross-entropy of ``split``'s tokens ("test": what verdicts read;
         "validation": what choices read), or None when not computed."""
