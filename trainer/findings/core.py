@@ -20,7 +20,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from trainer.atomic import write_atomic
+from trainer.atomic import write_text
+from trainer.telemetry.spikes import RULE as SPIKE_RULE
 from trainer.results import baselines as bl
 from trainer.findings.claim import BASE, BN_NORMS, TOKEN_NORMS, Finding, fmt_seeds, line
 from trainer.results.metrics import (above, beyond, final_loss, final_probe, gap, interval,
@@ -161,9 +162,9 @@ def _fragile(run) -> bool:
 def f5(ref: Reference) -> Finding:
     f = Finding("F5", """Without normalization the residual stream grows with depth, and training
                     is fragile at high learning rates""",
-                """token std of the stream, last block / first block, end of training (Pre,
-                    residual); runs that diverged or spiked (loss > ln V, or ×2 within a logging
-                    interval) in the high-LR slice""",
+                f"""token std of the stream, last block / first block, end of training (Pre,
+                    residual); runs that diverged or spiked ({SPIKE_RULE}) in the high-LR
+                    slice""",
                 f"""no-norm growth below {GROWTH_FACTOR}× LN's, or no-norm runs fragile in not more
                     than {FRAGILE_SHARE:.0%} more of the high-LR runs than Pre-LN""",
                 plot="grid/plots/token_std_by_depth.png")
@@ -322,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
 
     write_claim_figures(ref)
     text = render(ref, measure(ref))
-    write_atomic(root.parent / "README.md", text)
+    write_text(root.parent / "README.md", text)
     print(text)
     return 0
 
