@@ -27,7 +27,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from trainer.atomic import atomic_write  # noqa: E402
+from trainer.atomic import save_figure  # noqa: E402
+from trainer.rundir import EVAL, TRAIN  # noqa: E402
 from trainer.results.palette import Sweep  # noqa: E402
 from trainer.results.metrics import final_probe, gap  # noqa: E402
 from trainer.results.series import (before_divergence, by_block, finite_points,  # noqa: E402
@@ -147,7 +148,7 @@ def loss_figure(sweep: Sweep, baselines: dict[str, float] | None = None):
     values, firsts, events = [], [], []
     for (ax_train, ax_eval), panel in zip(axes, sweep.panels):
         _title(ax_train, sweep, panel)
-        for ax, group in ((ax_train, "train"), (ax_eval, "eval")):
+        for ax, group in ((ax_train, TRAIN), (ax_eval, EVAL)):
             drawn = False
             for v in sweep.variants_in(panel):
                 curves = [before_divergence(r, getattr(r, group).get("loss", [])) for r in v.runs]
@@ -160,11 +161,11 @@ def loss_figure(sweep: Sweep, baselines: dict[str, float] | None = None):
                     if run.status == "diverged":
                         events.append((ax, v, [(run.summary.get("diverged_step") or curve[-1][0],
                                                 curve[-1][1])], "x"))
-                    if group == "train":
+                    if group == TRAIN:
                         events.append((ax, v, spikes(run, curve), "^"))
             if not drawn:
                 _empty(ax, f"{group} loss")
-            ax.set_ylabel(f"{group} loss" if group == "train" else "eval loss\n(inference)",
+            ax.set_ylabel(f"{group} loss" if group == TRAIN else "eval loss\n(inference)",
                           fontsize=9)
         ax_eval.set_xlabel("step", fontsize=9)
     lines = sorted(((k, v) for k, v in (baselines or {}).items()
@@ -247,13 +248,13 @@ def _depth_figure(sweep, group, prefix, suffix, ylabel, title, log):
 
 def token_std_figure(sweep: Sweep, baselines=None):
     """Final residual-stream token std per block (log y): stream growth with depth."""
-    return _depth_figure(sweep, "train", "activation/", "/token_std", "token std",
+    return _depth_figure(sweep, TRAIN, "activation/", "/token_std", "token std",
                          "Final residual-stream token std by depth (log scale)", log=True)
 
 
 def token_cosine_figure(sweep: Sweep, baselines=None):
     """Final mean pairwise token cosine per block (1 = rank collapse)."""
-    return _depth_figure(sweep, "eval", "probe/token_cosine/", "", "token cosine",
+    return _depth_figure(sweep, EVAL, "probe/token_cosine/", "", "token cosine",
                          "Final mean pairwise token cosine by depth (1 = rank collapse)",
                          log=False)
 
@@ -330,14 +331,6 @@ FIGURES = {"loss": loss_figure, "grad_norm_by_block": grad_norm_figure,
            "token_cosine_by_depth": token_cosine_figure}
 
 
-def _save(fig, path: Path) -> None:
-    """Write via a temp file + rename: a reader never sees half a PNG."""
-    try:
-        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format="png"))
-    finally:
-        plt.close(fig)
-
-
 def write_plots(runs, out_dir: str | Path, baselines: dict[str, float] | None = None
                 ) -> list[Path]:
     """Write the five PNGs for ``runs`` (``trainer.results.run.Run``) into ``out_dir``.
@@ -351,7 +344,7 @@ def write_plots(runs, out_dir: str | Path, baselines: dict[str, float] | None = 
     paths = []
     for name in NAMES:
         path = out / f"{name}.png"
-        _save(FIGURES[name](sweep, baselines), path)
+        save_figure(FIGURES[name](sweep, baselines), path, dpi=DPI)
         paths.append(path)
     return paths
 

@@ -16,10 +16,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from trainer import rundir
 from trainer.atomic import read_json
 from trainer.config import ConfigError
-from trainer.results.reproduce import VERDICT_FILE, check_out_dir
-from trainer.results.run import Run, find_runs as run_dirs
+from trainer.results.reproduce import check_out_dir
+from trainer.results.run import Run, run_dirs
 
 PASS = ("IDENTICAL", "WITHIN TOLERANCE")
 
@@ -27,7 +28,7 @@ PASS = ("IDENTICAL", "WITHIN TOLERANCE")
 def find_runs(root: Path) -> tuple[list[Path], list[Path]]:
     """Finished and unfinished run directories under ``root`` (any depth), sorted."""
     finished, unfinished = [], []
-    for run in run_dirs(root, skip=("checkpoints",)):
+    for run in run_dirs(root, skip=(rundir.CHECKPOINTS,)):
         (finished if Run(run).finished else unfinished).append(run)
     return finished, unfinished
 
@@ -53,7 +54,7 @@ def _one(run: Path, out: Path, log: Path, flags: list[str]) -> dict:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
     row = {"rc": rc, "seconds": time.perf_counter() - t0}
     if rc in (0, 1):  # a comparison was made and written before the exit
-        return {**row, **read_json(out / VERDICT_FILE)}
+        return {**row, **read_json(out / rundir.REPRODUCE)}
     lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     return {**row, "verdict": "ERROR", "text": lines[-1] if lines else f"exit code {rc}"}
 
@@ -128,7 +129,7 @@ def reproduce_path(target: Path, out: str | Path | None = None, sample: int | No
     results directory."""
     from trainer.results.reproduce import reproduce
 
-    if (target / "config.yaml").is_file() or not target.is_dir():
+    if (target / rundir.CONFIG).is_file() or not target.is_dir():
         if (sample, seed, parallel) != (None, None, None):
             raise ConfigError(f"--sample, --seed and --parallel apply to a results directory; "
                               f"{target} is a single run")
