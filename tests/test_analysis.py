@@ -80,12 +80,12 @@ def test_restored_checkpoint_gives_the_runs_own_eval_loss(runs):
     """The analysis' model is the run's final model, BN running statistics included."""
     import json
 
-    from trainer.analysis.batch_size import restore
-    from trainer.train.loop import evaluate
+    from trainer.train.checkpoint import restore_trained
+    from trainer.train.evaluation import evaluate
     from trainer.train.step import make_eval_step
 
     for run_dir in runs.values():
-        cfg, corpus, model = restore(run_dir)
+        cfg, corpus, model = restore_trained(run_dir)
         loss = evaluate(make_eval_step(model, xla=False), corpus.eval_batches("validation"))
         assert loss == pytest.approx(json.loads((run_dir / "summary.json").read_text())[
             "final_eval_loss"], rel=1e-6)

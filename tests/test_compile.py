@@ -34,7 +34,7 @@ def _train(tmp: Path, name: str, cache: Path, extra=()) -> tuple[dict, int]:
 
 def _traced(summary: dict) -> int:
     c = summary["compile_count"]
-    return c["train"] + c["eval"] + c["eval_train_mode"]
+    return c["train"] + c["eval"] + c["eval_train_mode"] + c["test"]
 
 
 def test_compile_count_is_what_xla_compiled_and_the_cache_serves_the_rest(tmp_path):
@@ -91,3 +91,76 @@ def test_second_epoch_adds_no_compilation(tmp_path):
             run.train_step(batch)
         counts.append(run.train_step.compilations())
     assert counts == [len(shapes) + 1] * 2  # one per bucket shape + the shared update; then none
+
+
+def test_the_store_key_tells_every_accelerator_apart():
+    """A program compiled for one GPU is never offered to another: the key names the model and
+    compute capability; a CPU-only key is what it was before accelerators entered it."""
+    import hashlib
+
+    from trainer.compile_cache import store_key
+
+    cpu = ("Some CPU @ 2.0GHz", ["avx2", "fma"])
+    plain = store_key("2.21.0", *cpu, [])
+    assert plain == "tf2.21.0-cpu" + hashlib.sha256(b"Some CPU @ 2.0GHz|avx2 fma").hexdigest()[:12]
+    h200 = "GPU: NVIDIA H200 (compute capability 9.0)"
+    h100 = "GPU: NVIDIA H100 80GB HBM3 (compute capability 9.0)"
+    a100 = "GPU: NVIDIA A100-SXM4-80GB (compute capability 8.0)"
+    keys = [plain, store_key("2.21.0", *cpu, [h200]), store_key("2.21.0", *cpu, [h100]),
+            store_key("2.21.0", *cpu, [a100]), store_key("2.21.0", *cpu, [h200, h200]),
+            store_key("2.21.0", *cpu, [h200, a100]), store_key("2.20.0", *cpu, [h200]),
+            store_key("2.21.0", "Other CPU", cpu[1], [h200])]
+    assert len(set(keys)) == len(keys)
+    assert all(k.startswith(plain.split("-cpu")[0]) for k in keys[1:6])
+    assert store_key("2.21.0", *cpu, [a100, h200]) == store_key("2.21.0", *cpu, [h200, a100])
+
+
+def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):
+    from trainer.machine import parse_nvidia_smi, visible_accelerators
+
+    smi = "0, GPU-aaaa1111, NVIDIA H200, 9.0\n1, GPU-bbbb2222, NVIDIA A100-SXM4-80GB, 8.0\n"
+    h200, a100 = ("GPU: NVIDIA H200 (compute capability 9.0)",
+                  "GPU: NVIDIA A100-SXM4-80GB (compute capability 8.0)")
+    assert parse_nvidia_smi(smi) == [h200, a100]
+    assert parse_nvidia_smi(smi, "1") == [a100] and parse_nvidia_smi(smi, "1,0") == [a100, h200]
+    assert parse_nvidia_smi(smi, "GPU-bbbb") == [a100]
+    assert parse_nvidia_smi(smi, "MIG-1234") == [h200, a100]  # unknown ids: name every GPU
+    assert parse_nvidia_smi("0, GPU-cccc, Tesla V100-SXM2-16GB\n") == ["GPU: Tesla V100-SXM2-16GB"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # CUDA sees no GPU: the key must not either
+    monkeypatch.delenv("TPU_ACCELERATOR_TYPE", raising=False)
+    assert not any(a.startswith("GPU") for a in visible_accelerators())
+
+
+def test_compiled_programs_live_under_the_data_cache_root(tmp_path, monkeypatch):
+    """One root: ``data.cache_dir`` (else $NORMLAB_CACHE) holds the compiled programs too, and a
+    run whose config names another root than the process started with moves to it."""
+    import hashlib
+
+    from trainer import compile_cache
+
+    monkeypatch.setenv("NORMLAB_CACHE", str(tmp_path / "env"))
+    monkeypatch.delenv(compile_cache.ENV, raising=False)
+    monkeypatch.setenv("TF_XLA_FLAGS", "")
+    own = compile_cache.store_dir(tmp_path / "own")
+    assert own.parent == tmp_path / "own" / "xla"
+    assert compile_cache.store_dir().parent == tmp_path / "env" / "xla"
+    monkeypatch.setenv(compile_cache.ENV, "off")
+    assert compile_cache.store_dir(tmp_path / "own") is None
+    monkeypatch.delenv(compile_cache.ENV)
+
+    own.mkdir(parents=True)
+    (own / "old.pb").write_bytes(b"program")
+    (own / "old.pb.sha256").write_text(hashlib.sha256(b"program").hexdigest())
+    try:
+        assert compile_cache.enable() == compile_cache.store_dir()
+        assert compile_cache.follow(tmp_path / "own") == own
+        assert "old.pb" in compile_cache.snapshot()  # offered to TF from the run's own store
+        flag = "--tf_xla_persistent_cache_directory="
+        staging = Path(next(f for f in os.environ["TF_XLA_FLAGS"].split() if f.startswith(flag))
+                       [len(flag):])
+        (staging / "new.pb").write_bytes(b"compiled here")  # as TF writes a new program
+        assert compile_cache.promote() == 1
+        assert (own / "new.pb").read_bytes() == b"compiled here"
+        assert not list(compile_cache.store_dir().glob("new.pb"))
+    finally:
+        compile_cache.close()

@@ -299,11 +299,14 @@ def test_files_errors(tmp_path):
     assert "\n" not in str(err.value)
 
 
-def test_cache_dir_from_env(tmp_path, monkeypatch):
+def test_cache_dir_from_env_unless_the_config_names_one(tmp_path, monkeypatch):
+    from trainer import cache
+
     monkeypatch.setenv("NORMLAB_CACHE", str(tmp_path / "envcache"))
-    cfg = load_config(None, []).data
-    assert sources.cache_root(cfg) == tmp_path / "envcache"
+    assert cache.root(load_config(None, []).data.cache_dir) == tmp_path / "envcache"
     assert os.path.isdir(tmp_path / "envcache")
+    own = load_config(None, [f"data.cache_dir={tmp_path / 'own'}"]).data.cache_dir
+    assert cache.root(own) == tmp_path / "own"
 
 
 def test_hub_source_local_dir_carves_splits(tmp_path, monkeypatch):

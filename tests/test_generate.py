@@ -15,7 +15,7 @@ from tensorboard.util import tensor_util
 
 from tests.conftest import TINY
 from trainer.__main__ import main
-from trainer.analysis.batch_size import restore
+from trainer.train.checkpoint import restore_trained as restore
 from trainer.config import ConfigError, load_config
 from trainer.generate import encode_prompts
 from trainer.models import CausalLM

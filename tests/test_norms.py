@@ -129,7 +129,7 @@ def test_none_is_identity():
 # ---------------------------------------------------------------- batch-norm statistics
 
 @pytest.mark.parametrize("name", ["masked_batch", "sync_batch"])
-def test_masked_moments_equal_numpy_moments_of_real_tokens(name):
+def test_masked_batch_moments_equal_numpy_moments_of_real_tokens(name):
     x, mask = _data()
     x[mask == 0] = 50.0  # pads far off: counting one would move the moments a lot
     layer = make_norm(name, momentum=0.0)
@@ -148,7 +148,7 @@ def test_masked_moments_equal_numpy_moments_of_real_tokens(name):
     np.testing.assert_allclose(layer.moments(x2, mask)[0], ref_mean, atol=1e-5)
 
 
-def test_masked_moments_are_accurate_with_large_mean():
+def test_masked_batch_moments_are_accurate_with_large_mean():
     # E[x^2] - E[x]^2 in float32 loses everything at mean 1e3, std 1e-1; two passes do not.
     rng = np.random.default_rng(3)
     x = (1e3 + 0.1 * rng.normal(size=(4, 8, 4))).astype("float32")

@@ -23,7 +23,7 @@ from trainer.config import load_config
 from trainer.faults import EXIT_BUSY, EXIT_IO, EXIT_STOPPED
 from trainer.results.events import read_scalars
 from trainer.sweep import expand_variants, load_spec
-from trainer.train.checkpoint import history_at, make_checkpoint, restore
+from trainer.train.checkpoint import history_at, make_checkpoint, resume
 from trainer.train.loop import run_training
 from trainer.train.rundir import RunDirError
 
@@ -451,5 +451,5 @@ def test_a_checkpoint_without_history_is_refused_and_kept(tmp_path):
     make_checkpoint(model).write(str(tmp_path / "checkpoints" / "ckpt-3"))
     before = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     with pytest.raises(RunDirError, match="ckpt-3: written before checkpoints held the run's hist"):
-        restore(make_checkpoint(model, resumable=True), tmp_path)
+        resume(make_checkpoint(model, resumable=True), tmp_path)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == before

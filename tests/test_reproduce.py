@@ -149,6 +149,34 @@ def test_status_and_steps_stay_exact_under_the_tolerance(pair, tmp_path, capsys)
     assert "MISMATCH: summary steps" in capsys.readouterr().out
 
 
+# The claims' inputs (F2, F3: PreciseBN losses; F5: spikes) and the test split's losses. The
+# tiny run is LayerNorm: its PreciseBN values are null, and a number there differs from null.
+CLAIM_INPUTS = {"final_eval_loss_precise_bn": lambda v: 5.0 if v is None else v * 1.01,
+                "final_test_loss_precise_bn": lambda v: 5.0 if v is None else v * 1.01,
+                "final_test_loss": lambda v: v * 1.01,
+                "loss_spikes": lambda v: v + 1,
+                "loss_spike_steps": lambda v: [*v, 5]}
+
+
+@pytest.mark.parametrize("key", sorted(CLAIM_INPUTS))
+def test_every_input_of_the_claims_is_compared(pair, tmp_path, capsys, key):
+    a, b = _copies(pair, tmp_path, machine=OTHER_CPU)
+    summary = json.loads((a / "summary.json").read_text())
+    (a / "summary.json").write_text(json.dumps({**summary, key: CLAIM_INPUTS[key](summary[key])}))
+    assert reproduce(a, b, progress=False, reuse=True) == 1
+    assert f"MISMATCH: summary {key}: original" in capsys.readouterr().out
+
+
+def test_a_key_the_original_lacks_is_not_compared(pair, tmp_path, capsys):
+    """A summary written before final_test_loss existed still reproduces."""
+    a, b = _copies(pair, tmp_path)
+    summary = json.loads((a / "summary.json").read_text())
+    del summary["final_test_loss"]
+    (a / "summary.json").write_text(json.dumps(summary))
+    assert reproduce(a, b, progress=False, reuse=True) == 0
+    assert "IDENTICAL" in capsys.readouterr().out
+
+
 def test_an_existing_out_dir_needs_reuse_and_the_same_code(pair, tmp_path):
     run, again = pair
     before = {p: p.read_bytes() for p in again.rglob("*") if p.is_file()}

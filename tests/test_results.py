@@ -106,8 +106,17 @@ def test_runs_csv_has_one_row_per_run(sweep):
     rows = _csv(root / "runs.csv")
     assert sorted(r["run"] for r in rows) == sorted(RUNS)
     for r in rows:
-        assert float(r["final_eval_loss"]) == _summary(root, r["run"])["final_eval_loss"]
+        s = _summary(root, r["run"])
+        assert float(r["final_eval_loss"]) == s["final_eval_loss"]
         assert r["variant"] == variant_name(r["run"]) and r["status"] == "completed"
+        # the claims' inputs, the test split's losses among them, as summary.json has them
+        for key in ("final_test_loss", "final_test_loss_precise_bn",
+                    "final_eval_loss_precise_bn", "loss_spikes"):
+            assert (r[key] == "") if s[key] is None else (float(r[key]) == s[key]), key
+    assert any(r["final_test_loss_precise_bn"] for r in rows)  # the BN run has one
+    layer = {r["variant"]: r for r in _csv(root / "summary.csv")}["norm=layer"]
+    tests = [_summary(root, f"norm=layer,seed={s}")["final_test_loss"] for s in (0, 1)]
+    assert float(layer["final_test_loss_mean"]) == pytest.approx(statistics.mean(tests), rel=1e-12)
 
 
 def test_plots_are_valid_pngs(sweep):

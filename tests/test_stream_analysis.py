@@ -54,10 +54,11 @@ def test_stream_csv_probe_and_flat_norm_without_affine(runs, tmp_path):
 
 
 def test_a_random_gamma_spreads_the_norm_output(runs):
-    from trainer.analysis.batch_size import full_windows, restore
+    from trainer.analysis.batch_size import full_windows
+    from trainer.train.checkpoint import restore_trained
     from trainer.analysis.stream import cv, features
 
-    _, corpus, model = restore(runs["true"])
+    _, corpus, model = restore_trained(runs["true"])
     batch = full_windows(corpus, 8)
     rng = np.random.default_rng(0)
     for block in model.blocks:

@@ -121,12 +121,13 @@ def test_trained_layer_norm_model_is_the_same_function_in_both_modes(runs):
     """The loop logs LN's train-mode loss by reusing its inference program (so its two curves
     are equal by construction); here a real training-mode forward of the trained model must
     give the inference-mode logits, and BN's must not."""
-    from trainer.analysis.batch_size import full_windows, restore
+    from trainer.analysis.batch_size import full_windows
     from trainer.telemetry.probes import frozen_state
+    from trainer.train.checkpoint import restore_trained
 
     diffs = {}
     for norm in ("layer", "batch"):
-        _, corpus, model = restore(runs[norm])
+        _, corpus, model = restore_trained(runs[norm])
         batch = full_windows(corpus, 4)
         with frozen_state(model):
             train = model(batch["inputs"], padding_mask=batch["mask"], training=True)

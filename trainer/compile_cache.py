@@ -11,13 +11,17 @@ a kill while writing) fails the run with ``OutOfRangeError``. So TF never sees t
 itself. Each process gets a private staging directory holding links to the *verified* entries
 (their SHA-256 recorded when they were promoted); entries TF writes there during the run
 are promoted into the store, each written atomically with its checksum, when the run ends.
-A corrupt or half-written entry is never offered to TF and is removed. The store is keyed by
-TensorFlow version and CPU (model and instruction sets): an executable built for one CPU is
-never loaded on another.
+A corrupt or half-written entry is never offered to TF and is removed. The store is keyed
+(``store_key``) by TensorFlow version, CPU (model and instruction sets) and the accelerators the
+process sees (GPU model and compute capability, TPU type): an executable built for one CPU or
+GPU is never loaded on another.
 
-``NORMLAB_XLA_CACHE``: the store directory, or ``off``; default ``<cache>/xla`` next to the
-data cache (``$NORMLAB_CACHE`` or ``~/.cache/normlab``). It must be enabled before TensorFlow
-initialises XLA, so the command line does it first thing (``enable``).
+The stores live under the lab's cache root (``trainer.cache``: ``data.cache_dir``, else
+``$NORMLAB_CACHE``, else ``~/.cache/normlab``), in ``xla/``. ``NORMLAB_XLA_CACHE=off`` turns the
+cache off; a directory there replaces ``<root>/xla`` (a benchmark's or a test's private store).
+It must be enabled before TensorFlow initialises XLA, so the command line does it first thing
+(``enable``), before it has read a config; ``follow`` then moves to the store under the run's
+own ``data.cache_dir`` before the first program compiles.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from pathlib import Path
 
 import psutil
 
-from trainer.atomic import atomic_write, write_atomic
+from trainer import cache
+from trainer.atomic import write_bytes, write_text
 
 ENV = "NORMLAB_XLA_CACHE"
 MAX_MB = 4096  # the store keeps its newest entries up to this size
@@ -40,25 +45,36 @@ _SUFFIX = ".sha256"
 _state: dict = {}  # this process: {"store": Path, "staging": Path, "offered": set[str]}
 
 
-def store_dir() -> Path | None:
-    """This machine's store, or None when the cache is off."""
+def store_key(tf_version: str, cpu_model: str | None, cpu_flags: list[str],
+              accelerators: list[str]) -> str:
+    """The store's name for a TensorFlow version, a CPU (model, instruction sets) and the
+    visible accelerators (``trainer.machine.visible_accelerators``; any order). CPU-only:
+    ``tf<version>-cpu<hash>``; with accelerators ``-acc<hash>`` is added."""
+    cpu = hashlib.sha256(f"{cpu_model}|{' '.join(cpu_flags)}".encode()).hexdigest()[:12]
+    key = f"tf{tf_version}-cpu{cpu}"
+    if accelerators:
+        key += "-acc" + hashlib.sha256("|".join(sorted(accelerators)).encode()).hexdigest()[:12]
+    return key
+
+
+def store_dir(cache_dir: str | os.PathLike | None = None) -> Path | None:
+    """This machine's store under the cache root of ``cache_dir`` (a config's
+    ``data.cache_dir``), or None when the cache is off."""
     value = os.environ.get(ENV, "")
     if value.lower() in ("off", "0", "false", "no"):
         return None
-    root = Path(value) if value else Path(os.environ.get("NORMLAB_CACHE") or
-                                          "~/.cache/normlab").expanduser() / "xla"
-    from trainer.machine import _cpuinfo
+    root = Path(value) if value else cache.root(cache_dir, create=False) / cache.XLA
+    from trainer.machine import _cpuinfo, visible_accelerators
 
     model, flags, _ = _cpuinfo()
     try:
         tf_version = metadata.version("tensorflow")
     except metadata.PackageNotFoundError:
         tf_version = "unknown"
-    cpu = hashlib.sha256(f"{model}|{' '.join(flags)}".encode()).hexdigest()[:12]
-    return root / f"tf{tf_version}-cpu{cpu}"
+    return root / store_key(tf_version, model, flags, visible_accelerators())
 
 
-def enable() -> Path | None:
+def enable(cache_dir: str | os.PathLike | None = None) -> Path | None:
     """Point TensorFlow at a fresh staging directory of verified entries (before TF starts
     XLA). Returns the store, or None when the cache is off or cannot be used (a read-only or
     full disk costs compile time, never the run)."""
@@ -68,17 +84,14 @@ def enable() -> Path | None:
     kept = [f for f in os.environ.get("TF_XLA_FLAGS", "").split()
             if not f.startswith("--tf_xla_persistent_cache")]
     os.environ["TF_XLA_FLAGS"] = " ".join(kept)
-    store = store_dir()
+    store = store_dir(cache_dir)
     if store is None:
         return None
     try:
         store.mkdir(parents=True, exist_ok=True)
         _remove_stale_staging(store)
         staging = Path(tempfile.mkdtemp(dir=store, prefix=f".staging-{os.getpid()}-"))
-        offered = set()
-        for entry in _verified(store):
-            _link(entry, staging / entry.name)
-            offered.add(entry.name)
+        offered = _offer(store, staging)
     except OSError:
         return None
     os.environ["TF_XLA_FLAGS"] = " ".join(
@@ -87,6 +100,35 @@ def enable() -> Path | None:
     _state.update(store=store, staging=staging, offered=offered)
     atexit.register(close)
     return store
+
+
+def follow(cache_dir: str | os.PathLike | None) -> Path | None:
+    """Use the store under ``cache_dir`` (the run's ``data.cache_dir``) from now on, when the
+    cache is enabled: its entries join the staging directory (TF looks entries up when it
+    compiles, so this works until the first compilation) and new programs are promoted into
+    it. Returns the store in use (None when the cache is off)."""
+    if not _state or cache_dir is None:
+        return _state.get("store")
+    store = store_dir(cache_dir)
+    if store is None or store == _state["store"]:
+        return _state["store"]
+    try:
+        store.mkdir(parents=True, exist_ok=True)
+        _state["offered"] |= _offer(store, _state["staging"])
+    except OSError:
+        return _state["store"]  # the process's store stays in use
+    _state["store"] = store
+    return store
+
+
+def _offer(store: Path, staging: Path) -> set[str]:
+    """Link the store's verified entries into ``staging``; their names."""
+    offered = set()
+    for entry in _verified(store):
+        if not (staging / entry.name).exists():
+            _link(entry, staging / entry.name)
+        offered.add(entry.name)
+    return offered
 
 
 def snapshot() -> set[str]:
@@ -118,8 +160,8 @@ def promote() -> int:
             continue
         try:
             data = entry.read_bytes()
-            write_atomic(store / (entry.name + _SUFFIX), hashlib.sha256(data).hexdigest())
-            atomic_write(store / entry.name, lambda tmp: Path(tmp).write_bytes(data))
+            write_text(store / (entry.name + _SUFFIX), hashlib.sha256(data).hexdigest())
+            write_bytes(store / entry.name, data)
             _state["offered"].add(entry.name)
             added += 1
         except OSError:

@@ -71,11 +71,11 @@ def _check(args) -> None:
 def main(args) -> int:
     """Run ``generate`` for parsed ``args``; errors are ConfigError (one line, exit 2)."""
     _check(args)
-    from trainer.analysis.batch_size import restore  # TensorFlow starts here
+    from trainer.train.checkpoint import restore_trained  # TensorFlow starts here
     from trainer.models.decode import Decoder, Request
     from trainer.telemetry.samples import sample_prompts
 
-    cfg, corpus, model = restore(Path(args.run_dir))
+    cfg, corpus, model = restore_trained(Path(args.run_dir))
     tok = corpus.tokenizer
     prompts = (encode_prompts(args.prompt, tok, corpus.bos_id, corpus.max_len) if args.prompt
                else sample_prompts(corpus, DEFAULT_PROMPTS))

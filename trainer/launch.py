@@ -32,6 +32,7 @@ import submitit
 from tqdm.auto import tqdm
 
 from trainer.faults import EXIT_BUSY, EXIT_STOPPED
+from trainer.rundir import FINISHED
 from trainer.train.preempt import stop_requests
 from trainer.train.rundir import RunDirError, inspect_run_dir, is_locked
 
@@ -274,7 +275,7 @@ def variant_state(run_dir: Path, cfg) -> str:
     """"ended" (completed or diverged), "elsewhere" (another live process holds its lock)
     or "todo"."""
     try:
-        if inspect_run_dir(run_dir, cfg) == "completed":
+        if inspect_run_dir(run_dir, cfg) in FINISHED:
             return "ended"
     except RunDirError:
         return "todo"  # the training process reports it in one line and fails

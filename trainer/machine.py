@@ -9,10 +9,12 @@ of threads decides how reductions are split. ``trainer.results.compare`` compare
 
 from __future__ import annotations
 
+import glob
 import os
 import platform
 import re
 import resource
+import subprocess
 import sys
 from importlib import metadata
 
@@ -41,6 +43,49 @@ def _cpuinfo() -> tuple[str | None, list[str], int | None]:
         if "core id" in fields:
             cores.add((fields.get("physical id"), fields["core id"]))
     return model, sorted(flags), len(cores) or None
+
+
+def visible_accelerators() -> list[str]:
+    """The accelerators this process will see, named as ``machine_identity`` names them
+    (``GPU: NVIDIA H200 (compute capability 9.0)``), found without starting TensorFlow (the
+    compilation cache needs them before XLA's flags are read). NVIDIA GPUs through
+    ``nvidia-smi`` under ``CUDA_VISIBLE_DEVICES``; TPUs as far as the host names them
+    (``TPU_ACCELERATOR_TYPE``, else the count of ``/dev/accel*`` chips). [] on a CPU machine."""
+    found = _nvidia_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    tpu = os.environ.get("TPU_ACCELERATOR_TYPE")
+    chips = glob.glob("/dev/accel[0-9]*")
+    if tpu or chips:
+        found.append(f"TPU: {tpu or f'{len(chips)} chips of unknown type'}")
+    return found
+
+
+def _nvidia_gpus(visible: str | None) -> list[str]:
+    if visible is not None and visible.strip() in ("", "-1"):  # CUDA hides every GPU
+        return []
+    # compute_cap is a field of recent drivers only: without it, the names alone.
+    for fields in ("index,uuid,name,compute_cap", "index,uuid,name"):
+        try:
+            out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):  # no NVIDIA driver
+            return []
+        if out.returncode == 0:
+            return parse_nvidia_smi(out.stdout, visible)
+    return []
+
+
+def parse_nvidia_smi(text: str, visible: str | None = None) -> list[str]:
+    """GPU names from ``nvidia-smi --query-gpu=index,uuid,name[,compute_cap]`` CSV rows, those
+    ``visible`` (``CUDA_VISIBLE_DEVICES``: indices or UUID prefixes) lists, in its order. A
+    list naming no row (MIG devices) keeps every GPU: a key naming more never names less."""
+    rows = [[f.strip() for f in line.split(",")] for line in text.splitlines() if line.strip()]
+    if visible:
+        wanted = [v.strip() for v in visible.split(",") if v.strip()]
+        chosen = [r for w in wanted for r in rows if w == r[0] or (len(w) > 4 and
+                                                                   r[1].startswith(w))]
+        rows = chosen or rows
+    return [f"GPU: {r[2]}" + (f" (compute capability {r[3]})" if len(r) > 3 else "")
+            for r in rows]
 
 
 def _onednn_enabled() -> bool | None:

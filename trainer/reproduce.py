@@ -24,19 +24,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from trainer import rundir
 from trainer.atomic import read_json, write_json
 from trainer.config import ConfigError, load_config
 from trainer.provenance import git_dirty, git_sha
-from trainer.results.compare import WALL_CLOCK, compare_runs, short_sha, verdict
-from trainer.results.run import Run, find_runs as run_dirs
-
-VERDICT_FILE = "reproduce.json"  # the verdict, written into the reproduction's directory
-
+from trainer.results.compare import VERDICT_FILE, WALL_CLOCK, compare_runs, short_sha, verdict
+from trainer.results.run import Run, run_dirs
 
 def _check(run_dir: Path) -> Run:
     if not run_dir.is_dir():
         raise ConfigError(f"run directory not found: {run_dir}")
-    if not (run_dir / "config.yaml").is_file():
+    if not (run_dir / rundir.CONFIG).is_file():
         raise ConfigError(f"not a run directory (no config.yaml): {run_dir}")
     run = Run(run_dir)
     if not run.finished:
@@ -85,7 +83,7 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, progress: bool
 
     run_dir = Path(run_dir)
     original = _check(run_dir)
-    cfg = load_config(run_dir / "config.yaml")
+    cfg = load_config(run_dir / rundir.CONFIG)
     out_dir = Path(out) if out else default_out(run_dir)
     if out_dir.resolve() == run_dir.resolve():
         raise ConfigError("--out must differ from the run directory being reproduced")
@@ -118,7 +116,7 @@ PASS = ("IDENTICAL", "WITHIN TOLERANCE")
 def find_runs(root: Path) -> tuple[list[Path], list[Path]]:
     """Finished and unfinished run directories under ``root`` (any depth), sorted."""
     finished, unfinished = [], []
-    for run in run_dirs(root, skip=("checkpoints",)):
+    for run in run_dirs(root, skip=(rundir.CHECKPOINTS,)):
         (finished if Run(run).finished else unfinished).append(run)
     return finished, unfinished
 
@@ -144,7 +142,7 @@ def _one(run: Path, out: Path, log: Path, flags: list[str]) -> dict:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
     row = {"rc": rc, "seconds": time.perf_counter() - t0}
     if rc in (0, 1):  # a comparison was made and written before the exit
-        return {**row, **read_json(out / VERDICT_FILE)}
+        return {**row, **read_json(out / rundir.REPRODUCE)}
     lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     return {**row, "verdict": "ERROR", "text": lines[-1] if lines else f"exit code {rc}"}
 
@@ -217,7 +215,7 @@ def reproduce_path(target: Path, out: str | Path | None = None, sample: int | No
                    strict: bool = False) -> int:
     """The ``reproduce`` command: one run directory (it holds config.yaml), or every run of a
     results directory."""
-    if (target / "config.yaml").is_file() or not target.is_dir():
+    if (target / rundir.CONFIG).is_file() or not target.is_dir():
         if (sample, seed, parallel) != (None, None, None):
             raise ConfigError(f"--sample, --seed and --parallel apply to a results directory; "
                               f"{target} is a single run")

@@ -68,9 +68,10 @@ def analyse_runs(run_dirs, out, name: str, analyse, plot, describe) -> list[dict
 def parse_run_dirs(parser, argv: list[str]):
     """Parse ``argv``; a RUN_DIR without a config.yaml is one clear error."""
     from trainer.config import ConfigError
+    from trainer.rundir import CONFIG
 
     args = parser.parse_args(argv)
     for d in args.run_dirs:
-        if not (d / "config.yaml").is_file():
+        if not (d / CONFIG).is_file():
             raise ConfigError(f"not a run directory (no config.yaml): {d}")
     return args

@@ -18,33 +18,10 @@ import numpy as np
 
 from trainer.analysis import analyse_runs, analysis_main, option
 from trainer.atomic import save_figure, subplots
-from trainer.config import ConfigError, load_config
+from trainer.config import ConfigError
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 64)
 MODES = ("train", "inference")
-
-
-def restore(run_dir: Path):
-    """(cfg, corpus, model) of a run, the model at the run's last checkpoint."""
-    import tensorflow as tf
-
-    from trainer.data import prepare
-    from trainer.models import build_model
-    from trainer.train.checkpoint import make_checkpoint
-
-    cfg = load_config(run_dir / "config.yaml")
-    latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
-    if latest is None:
-        raise ConfigError(f"{run_dir} has no checkpoint to analyse (checkpoints are not committed: "
-                          f"rerun it with the same config to make one)")
-    corpus = prepare(cfg.data)
-    model = build_model(cfg.model, corpus.vocab_size, corpus.max_len)
-    try:
-        make_checkpoint(model).restore(latest).expect_partial().assert_existing_objects_matched()
-    except AssertionError:
-        raise ConfigError(f"{latest} does not hold every model variable (made before "
-                          f"checkpoints listed them all): rerun the run to make one") from None
-    return cfg, corpus, model
 
 
 # The analyses feed verdicts, so they read the test split, which no choice of scale or rate saw.
@@ -81,7 +58,9 @@ def sequence_losses(model, batch: dict, size: int, training: bool) -> np.ndarray
 
 
 def analyse(run_dir: Path, n: int, sizes) -> list[dict]:
-    cfg, corpus, model = restore(run_dir)
+    from trainer.train.checkpoint import restore_trained
+
+    cfg, corpus, model = restore_trained(run_dir)
     batch = full_windows(corpus, n)
     first = {k: v[:, :1] for k, v in batch.items()}  # position 0 alone: T = 1
     rows = []

@@ -1,6 +1,7 @@
 """F8: does a sequence's output depend on how many real tokens its batch partners have?
 
-For each run directory the model is restored from its last checkpoint (``batch_size.restore``).
+For each run directory the model is restored from its last checkpoint
+(``trainer.train.checkpoint.restore_trained``).
 Each of N test sequences (the target) is cut to ``max_len // 2`` real tokens (rest pads)
 and evaluated in row 0 of a batch of width ``max_len`` twice: once with partners of SHORT real
 length (8 … 16 tokens, rest pads) and once with the same partners at full LONG length. The
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from trainer.analysis import analyse_runs, analysis_main, option
-from trainer.analysis.batch_size import MODES, full_windows, restore
+from trainer.analysis.batch_size import MODES, full_windows
 from trainer.atomic import save_figure, subplots
 from trainer.config import ConfigError
 
@@ -63,7 +64,9 @@ def max_delta(model, batch: dict, n: int, pad_id: int, training: bool) -> float:
 
 
 def analyse(run_dir: Path, n: int) -> list[dict]:
-    cfg, corpus, model = restore(run_dir)
+    from trainer.train.checkpoint import restore_trained
+
+    cfg, corpus, model = restore_trained(run_dir)
     if n < 2:
         raise ConfigError(f"--sequences must be >= 2 (targets need partners), got {n}")
     batch = full_windows(corpus, n)

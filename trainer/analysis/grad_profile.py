@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trainer.atomic import save_figure, subplots, write_atomic, write_csv
+from trainer.atomic import save_figure, subplots, write_csv, write_text
 from trainer.config import Init, Placement, load_config
 
 
@@ -61,7 +61,7 @@ def run(config: str, overrides: list[str], out: Path, seeds: list[int], inits: l
                       + " ".join(f"{v:.3g}" for v in norms)
                       + f"   last/first {rows[-1]['last_over_first']:.3f}", flush=True)
     write_csv(out / "grad_profile.csv", rows)
-    write_atomic(out / "grad_profile.yaml", f"config: {config}\noverrides: {list(overrides)}\n"
+    write_text(out / "grad_profile.yaml", f"config: {config}\noverrides: {list(overrides)}\n"
                  f"seeds: {seeds}\nbatches: {batches}\n")
     plot(rows, out / "grad_profile.png")
     return rows

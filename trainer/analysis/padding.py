@@ -1,6 +1,7 @@
 """F9: how far do pads pull naive BN's batch statistics away from the real tokens'?
 
-For each BN run directory the model is restored from its last checkpoint (``batch_size.restore``)
+For each BN run directory the model is restored from its last checkpoint
+(``trainer.train.checkpoint.restore_trained``)
 and fed the first K batches of its own training stream (``Corpus.train_batch(step, seed)``, what
 the training loop iterates) batched three ways (``CONDITIONS``): ``bucketed`` (the
 run's data config), ``pad_to_max`` (``data.buckets=[max_len]``) and ``small_batch``
@@ -22,10 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from trainer.analysis import analyse_runs, analysis_main, option
-from trainer.analysis.batch_size import restore
 from trainer.atomic import save_figure, subplots
 from trainer.config import ConfigError, load_config
 from trainer.findings.thresholds import POLLUTION_MIN
+from trainer.rundir import CONFIG
 
 # The three ways of batching the same training stream, and the sub-sweep each condition's
 # losses come from (F9).
@@ -57,16 +58,17 @@ def block_shifts(model, batches: list[dict], eps: float) -> np.ndarray:
 def analyse(run_dir: Path, k: int, corpora: dict) -> list[dict]:
     from trainer.data import prepare
     from trainer.models.norms import BATCH_NORMS
+    from trainer.train.checkpoint import restore_trained
 
-    cfg = load_config(run_dir / "config.yaml")
+    cfg = load_config(run_dir / CONFIG)
     if cfg.model.norm not in BATCH_NORMS:
         raise ConfigError(f"{run_dir} has norm={cfg.model.norm}; the padding analysis measures "
                           f"batch norms ({', '.join(BATCH_NORMS)})")
-    cfg, _, model = restore(run_dir)
+    cfg, _, model = restore_trained(run_dir)
     rows = []
     for condition in CONDITIONS:
         over = overrides(condition, int(cfg.data.max_len))
-        data = load_config(run_dir / "config.yaml", over).data
+        data = load_config(run_dir / CONFIG, over).data
         key = str(data)
         if key not in corpora:  # prepare once per data config (the sweep's runs share it)
             corpora[key] = prepare(data)

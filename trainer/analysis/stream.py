@@ -1,6 +1,7 @@
 """F10 and F12: what the residual stream still carries, block by block, in trained models.
 
-For each run directory the model is restored from its last checkpoint (``batch_size.restore``)
+For each run directory the model is restored from its last checkpoint
+(``trainer.train.checkpoint.restore_trained``)
 and run in inference mode on full-length test windows (``full_windows``), keeping every
 block's hidden state (``return_hidden``):
 
@@ -24,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from trainer.analysis import analyse_runs, analysis_main, option
-from trainer.analysis.batch_size import full_windows, restore
+from trainer.analysis.batch_size import full_windows
 from trainer.atomic import save_figure, subplots
 from trainer.config import ConfigError
 from trainer.findings.stream import AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX
@@ -98,7 +99,9 @@ def features(model, batch: dict, size: int = 16) -> list[dict]:
 
 
 def analyse(run_dir: Path, train_windows: int, test_windows: int, steps: int) -> list[dict]:
-    cfg, corpus, model = restore(run_dir)
+    from trainer.train.checkpoint import restore_trained
+
+    cfg, corpus, model = restore_trained(run_dir)
     batch = full_windows(corpus, train_windows + test_windows)
     split = {"train": slice(0, train_windows), "test": slice(train_windows, None)}
     feats = {k: features(model, {n: v[s] for n, v in batch.items()}) for k, s in split.items()}

@@ -23,7 +23,8 @@ def collect(work: Path, gpus: int, dry_run: bool) -> dict:
     """The device check's JSON from the files the script left in ``work``."""
     import trainer
     from trainer.bench.runner import machine_block
-    from trainer.train.rundir import read_json
+    from trainer.atomic import read_json
+    from trainer.rundir import SUMMARY
 
     t = _timings(work)
     out = {"dry_run": dry_run, "gpus_visible": gpus,
@@ -31,12 +32,12 @@ def collect(work: Path, gpus: int, dry_run: bool) -> dict:
            "total_s": sum(s["wall_s"] for s in t.values())}
     out["bench"] = {**t["bench"], "report": read_json(work / "bench.json") or None}
     out["mirrored"] = ({**t["mirrored"], "replicas": 2,
-                        "summary": read_json(work / "mirrored" / "summary.json") or None}
+                        "summary": read_json(work / "mirrored" / SUMMARY) or None}
                        if "mirrored" in t else
                        {"skipped": f"{gpus} GPU(s) visible; a 2-replica run needs 2"})
     table = work / "sweep" / "summary.md"
     out["sweep"] = {**t["sweep"], "config": "configs/sweeps/quick.yaml",
-                    "runs": sorted(p.parent.name for p in (work / "sweep").glob("*/summary.json")),
+                    "runs": sorted(p.parent.name for p in (work / "sweep").glob(f"*/{SUMMARY}")),
                     "summary_md": table.read_text() if table.exists() else None}
     return out
 

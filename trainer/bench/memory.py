@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from trainer.bench.throughput import first_batch_of_every_shape
+from trainer.rundir import SUMMARY
 
 
 def steps_to_every_shape(corpus, cfg) -> int:
@@ -35,7 +36,7 @@ def measure_run_rss(config_path: str, overrides: list[str], steps: int) -> dict:
         proc = subprocess.run([sys.executable, "-c", hop, *cmd], capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"training child failed: {proc.stderr.strip()[-500:]}")
-        summary = json.loads((Path(tmp) / "summary.json").read_text())
+        summary = json.loads((Path(tmp) / SUMMARY).read_text())
     return {"command": ["python", *("<tmp>" if c == tmp else c for c in cmd[1:])], "steps": steps,
             "wall_s": time.perf_counter() - t0, "compile_count": summary["compile_count"],
             "peak_rss_bytes": int(summary["peak_rss_mb"] * 2**20)}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-PAD_ID = 0
+from trainer.data.tokenizer import PAD_ID
 EVAL_SEED = 20240917  # fixed: evaluation batches are the same for every run and seed
 
 

@@ -7,6 +7,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from trainer.cache import root as cache_root
+
 from . import batching, sources, tokenizer
 from .sources import SPLITS, DataError
 
@@ -144,11 +146,8 @@ def prepare(data_cfg: Any, seed: int = 0) -> Corpus:
     """
     if int(data_cfg.max_len) < MIN_MAX_LEN:
         raise DataError(f"data.max_len={data_cfg.max_len} is too small to be useful; use >= {MIN_MAX_LEN}")
-    vocab_size = int(data_cfg.vocab_size)
-    if vocab_size < tokenizer.MIN_VOCAB:
-        raise DataError(f"data.vocab_size={vocab_size} cannot hold 3 special tokens + 256 byte "
-                        f"tokens; use >= {tokenizer.MIN_VOCAB}")
-    cache = sources.cache_root(data_cfg)
+    vocab_size = int(data_cfg.vocab_size)  # at least MIN_VOCAB: trainer.config validates it
+    cache = cache_root(data_cfg.cache_dir)
     with _quiet_datasets():
         splits = sources.load_splits(data_cfg)
     # Every pass over the texts streams batches from the Arrow tables: a large local corpus

@@ -8,18 +8,17 @@ text/json/parquet files). Every failure a user can cause is raised as a one-line
 from __future__ import annotations
 
 import bz2
-import contextlib
 import glob
 import hashlib
 import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 
+from trainer import cache
+from trainer.atomic import atomic_dir
 from trainer.choices import Source
 from trainer.faults import ProjectError
 
@@ -34,34 +33,6 @@ TEXT_BATCH = 2048  # texts per batch when streaming a split (hashing, tokenizer 
 
 class DataError(ProjectError, ValueError):
     """A data problem the user can fix; the message is one line."""
-
-
-def cache_root(data_cfg: Any) -> Path:
-    """The cache directory: ``data.cache_dir``, else ``$NORMLAB_CACHE``, else ``~/.cache/normlab``."""
-    root = data_cfg.cache_dir or os.environ.get("NORMLAB_CACHE") or "~/.cache/normlab"
-    path = Path(root).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@contextlib.contextmanager
-def atomic_dir(final: Path) -> Iterator[Path]:
-    """Yield a temp dir next to ``final`` and rename it into place on success.
-
-    Parallel sweep processes may build the same entry at once; rename is atomic on one
-    filesystem, so readers only ever see a complete directory. The loser discards its copy.
-    """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
-    try:
-        yield tmp
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not final.exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def stable_hash(key: str) -> str:
@@ -298,7 +269,7 @@ def _files(data_cfg: Any, root: Path):
     origin = f"{data_cfg.format} files {files}"
     try:
         # Our own HF cache dir keeps generated Arrow files with the rest of the lab's cache.
-        dd = datasets.load_dataset(str(data_cfg.format), data_files=files, cache_dir=str(root / "hf"))
+        dd = datasets.load_dataset(str(data_cfg.format), data_files=files, cache_dir=str(root / cache.HF))
     except FileNotFoundError as e:
         raise DataError(f"data file not found: {e.filename or files}") from e
     except Exception as e:  # bad encoding / malformed JSON surface wrapped in DatasetGenerationError
@@ -308,7 +279,8 @@ def _files(data_cfg: Any, root: Path):
 
 def load_splits(data_cfg: Any):
     """Load ``data_cfg.source`` as a DatasetDict with non-empty "text" rows in train/validation/test."""
-    return LOADERS[Source.parse(data_cfg.source, "data.source")](data_cfg, cache_root(data_cfg))
+    return LOADERS[Source.parse(data_cfg.source, "data.source")](data_cfg,
+                                                                 cache.root(data_cfg.cache_dir))
 
 
 # data.source -> loader(data_cfg, cache root); the keys are exactly trainer.choices.Source.

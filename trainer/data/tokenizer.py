@@ -11,8 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.config import MIN_VOCAB  # the specials + the 256-symbol byte alphabet
-
+from trainer import cache as cache_layout
 from trainer.atomic import atomic_write
 
 from .sources import DataError
@@ -33,12 +32,10 @@ def train_tokenizer(texts, vocab_size: int):
     """Train a byte-level BPE of ``vocab_size`` tokens on ``texts`` (deterministic).
 
     ``texts``: a list of texts or an iterable of batches (lists) of texts, streamed.
+    ``vocab_size`` is at least ``trainer.config.MIN_VOCAB`` (the config's validation checks it).
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    if vocab_size < MIN_VOCAB:
-        raise DataError(f"data.vocab_size={vocab_size} cannot hold {len(SPECIALS)} special tokens "
-                        f"+ 256 byte tokens; use >= {MIN_VOCAB}")
     tok = Tokenizer(models.BPE())
     # add_prefix_space=False keeps decode(encode(text)) == text exactly.
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -61,7 +58,7 @@ def load_or_train(cache: Path, fingerprint: str, texts, vocab_size: int):
     """
     from tokenizers import Tokenizer
 
-    path = cache / "tokenizers" / f"{fingerprint}-{TOKENIZER_VERSION}-{vocab_size}.json"
+    path = cache / cache_layout.TOKENIZERS / f"{fingerprint}-{TOKENIZER_VERSION}-{vocab_size}.json"
     if path.is_file():
         return Tokenizer.from_file(str(path)), path
     tok = train_tokenizer(texts, vocab_size)
@@ -103,7 +100,7 @@ def encode_batches(tok, batches) -> tuple[np.ndarray, np.ndarray]:
 
 def tokens_path(cache: Path, fingerprint: str, tok_hash: str) -> Path:
     """Where the encoded splits of (data fingerprint, tokenizer hash) are cached."""
-    return cache / "tokens" / f"{fingerprint}-{tok_hash}.npz"
+    return cache / cache_layout.TOKENS / f"{fingerprint}-{tok_hash}.npz"
 
 
 def load_encoded(path: Path, splits) -> dict | None:

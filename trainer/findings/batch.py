@@ -30,7 +30,7 @@ from trainer.findings.core import GROUP, compare_losses, every_seed
 from trainer.findings.reference import Reference
 from trainer.findings.thresholds import (DEPENDENT_MIN, FLAT_MAX, INVARIANT_MAX, LOSS_MARGIN,
                                          MIN_SEEDS, POLLUTION_MIN, SMALL_BATCH_GAP)
-from trainer.results.metrics import beyond, test_loss_precise_bn
+from trainer.results.metrics import beyond, final_test_loss_precise_bn
 
 
 def _by_seed(rows: list[dict], key: str, **want) -> dict:
@@ -140,7 +140,7 @@ def f9(ref: Reference) -> Finding:
                     or under small batches""", plot="analysis/padding.png")
     csv = "analysis/padding.csv"
     rows = ref.analysis(f, csv)
-    loss = {(g, n): ref.per_seed(f, g, test_loss_precise_bn, norm=n, **BASE)
+    loss = {(g, n): ref.per_seed(f, g, final_test_loss_precise_bn, norm=n, **BASE)
             for g in ("pad_to_max", "small_batch") for n in BN_NORMS}
     if f.missing:
         return f
@@ -157,7 +157,7 @@ def f9(ref: Reference) -> Finding:
                                 _by_seed(rows, "shift", norm=n, condition=c)))
     context = Finding("", "", "", "")  # the bucketed losses (F3): context, not in the verdict
     for n in BN_NORMS:
-        bucketed = ref.per_seed(context, GROUP, test_loss_precise_bn, norm=n, warmup_steps=50,
+        bucketed = ref.per_seed(context, GROUP, final_test_loss_precise_bn, norm=n, warmup_steps=50,
                                 **BASE)
         if bucketed:
             f.lines.append(line(f"test loss, {n}, bucketed ({GROUP})", bucketed))

@@ -27,8 +27,8 @@ from trainer.findings.thresholds import (COLLAPSE_MARGIN, DEPENDENT_MIN, GAP_MIN
                                          HEADLINE_SEEDS, HEALTHY_BELOW_BIGRAM, INVARIANT_MAX,
                                          LOSS_MARGIN)
 from trainer.results.baselines import at_plateau
-from trainer.results.metrics import (above, beyond, final_probe, interval, test_gap, test_loss,
-                                     test_loss_precise_bn)
+from trainer.results.metrics import (above, beyond, final_probe, interval, final_test_gap, final_test_loss,
+                                     final_test_loss_precise_bn)
 
 GROUP = "best"  # every variant of the learning-rate table at its own best rate
 
@@ -67,7 +67,7 @@ def scale(ref: Reference) -> Finding:
                 "final test loss vs unigram/bigram cross-entropy of the same test tokens",
                 f"""Pre-LN's test loss not below bigram − {HEALTHY_BELOW_BIGRAM} on every seed
                     and over its whole interval""", plot=f"{GROUP}/plots/loss.png")
-    loss = ref.per_seed(f, GROUP, test_loss, seeds=HEADLINE_SEEDS, norm="layer", warmup_steps=50,
+    loss = ref.per_seed(f, GROUP, final_test_loss, seeds=HEADLINE_SEEDS, norm="layer", warmup_steps=50,
                         **BASE)
     base = ref.baselines(GROUP)
     if f.missing or base is None:
@@ -111,8 +111,8 @@ def f2(ref: Reference) -> Finding:
                     is a failed control""", plot=f"{GROUP}/plots/invariance_and_gap.png")
     rows = ref.analysis(f, "analysis/batch_size.csv")
     want = dict(warmup_steps=50, **BASE)
-    ema = {n: ref.per_seed(f, GROUP, test_gap, norm=n, **want) for n in BN_NORMS}
-    pop = {n: ref.per_seed(f, GROUP, lambda r: test_gap(r, precise=True), norm=n, **want)
+    ema = {n: ref.per_seed(f, GROUP, final_test_gap, norm=n, **want) for n in BN_NORMS}
+    pop = {n: ref.per_seed(f, GROUP, lambda r: final_test_gap(r, precise=True), norm=n, **want)
            for n in BN_NORMS}
     ln = mode_gap(rows, "layer")
     if not f.missing and not ln:
@@ -149,7 +149,7 @@ def f3(ref: Reference) -> Finding:
                     `masked_batch`, Pre-LN + residual, each at its own best rate""",
                 f"""`batch` not worse than `masked_batch` by {LOSS_MARGIN} nats on every seed with
                     separate intervals""", plot=f"{GROUP}/plots/loss.png")
-    loss = {n: ref.per_seed(f, GROUP, test_loss_precise_bn, seeds=HEADLINE_SEEDS, norm=n,
+    loss = {n: ref.per_seed(f, GROUP, final_test_loss_precise_bn, seeds=HEADLINE_SEEDS, norm=n,
                             warmup_steps=50, **BASE) for n in BN_NORMS}
     if f.missing:
         return f
@@ -174,7 +174,7 @@ def f4(ref: Reference) -> Finding:
     at = {(r, when): ref.per_seed(f, GROUP, (lambda run, w=when: run.eval_at(tag, w)),
                                   seeds=HEADLINE_SEEDS, residual=r, **want)
           for r in ("true", "false") for when in ("first", "last")}
-    loss = {r: ref.per_seed(f, GROUP, test_loss, seeds=HEADLINE_SEEDS, residual=r, **want)
+    loss = {r: ref.per_seed(f, GROUP, final_test_loss, seeds=HEADLINE_SEEDS, residual=r, **want)
             for r in ("true", "false")}
     if f.missing:
         return f

@@ -15,7 +15,7 @@ Parts, fixed before the runs (all evidence):
   inconclusive for a variant at the unigram plateau at both depths (nothing learned to compare);
 - the texts' ordering asked directly: at the deepest depth the healthy model beats no norm +
   residual by LOSS_MARGIN (separate intervals), since at 12 blocks no norm did better at lr 6e-3.
-A diverged run counts as infinitely bad (``test_loss``).
+A diverged run counts as infinitely bad (``final_test_loss``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from trainer.findings.core import GROUP, compare_losses
 from trainer.findings.reference import Reference
 from trainer.findings.thresholds import HEADLINE_SEEDS, LOSS_MARGIN
 from trainer.results.baselines import at_plateau
-from trainer.results.metrics import interval, test_loss
+from trainer.results.metrics import interval, final_test_loss
 
 HEALTHY = ("Pre-LN + residual", dict(norm="layer", residual="true", placement="pre"))
 NO_NORM = ("no norm + residual", dict(norm="none", residual="true", placement="pre"))
@@ -45,7 +45,7 @@ def losses(ref: Reference, finding, want: dict, depth: int, quiet: bool = False)
     group = "depth" if depth != ref.num_layers(GROUP) else GROUP
     extra = {} if group == "depth" else {"warmup_steps": 50}
     scratch = Finding("", "", "", "") if quiet else finding
-    return ref.per_seed(scratch, group, test_loss, seeds=HEADLINE_SEEDS, num_layers=depth,
+    return ref.per_seed(scratch, group, final_test_loss, seeds=HEADLINE_SEEDS, num_layers=depth,
                         **want, **extra)
 
 

@@ -22,7 +22,7 @@ from trainer.findings.lr import describe, variant as lr_variant
 from trainer.findings.reference import Reference
 from trainer.findings.thresholds import (GROWTH_FACTOR, HEADLINE_SEEDS, PROFILE_GROWTH,
                                          SENSITIVITY_MARGIN, WARMUP_MARGIN)
-from trainer.results.metrics import above, beyond, test_loss
+from trainer.results.metrics import above, beyond, final_test_loss
 
 WARM, COLD = 50, 0  # the reference's warm-up steps, and none
 
@@ -96,7 +96,7 @@ def f6(ref: Reference) -> Finding:
                     Post-LN's init ratio not above {PROFILE_GROWTH} (Pre-LN's not below)""",
                 plot="lr/plots/lr_sensitivity.png")
     want = dict(norm="layer", residual="true")
-    loss = {(p, w): ref.per_seed(f, GROUP, test_loss, seeds=HEADLINE_SEEDS, placement=p,
+    loss = {(p, w): ref.per_seed(f, GROUP, final_test_loss, seeds=HEADLINE_SEEDS, placement=p,
                                  warmup_steps=w, **want) for p in ("pre", "post") for w in (WARM, COLD)}
     lr = {(p, w): lr_variant(ref, f, placement=p, warmup_steps=w, **want)
           for p in ("pre", "post") for w in (WARM, COLD)}

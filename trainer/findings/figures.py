@@ -106,7 +106,7 @@ def loss_by_depth(ref, path: Path) -> Path | None:
 def saturation_by_alpha(ref, path: Path) -> Path | None:
     """F14's figure from the ``dyt`` sub-sweep (× = diverged); None when it is not there."""
     from trainer.findings.stream import dyt_saturation
-    from trainer.results.metrics import test_loss
+    from trainer.results.metrics import final_test_loss
 
     runs = ref.groups.get("dyt", [])
     if not runs:
@@ -120,7 +120,7 @@ def saturation_by_alpha(ref, path: Path) -> Path | None:
         first = [x for x in (dyt_saturation(r, layers, "first") for r in by[a]) if x is not None]
         axes[1].scatter([a] * len(first), first, facecolors="none", edgecolors=color, s=22,
                         label="step 0" if a == alphas[0] else None)
-    for ax, value in ((axes[0], test_loss), (axes[1], lambda r: dyt_saturation(r, layers))):
+    for ax, value in ((axes[0], final_test_loss), (axes[1], lambda r: dyt_saturation(r, layers))):
         vals = {a: [value(r) for r in by[a]] for a in alphas}
         finite = [v for vs in vals.values() for v in vs if v is not None and v != float("inf")]
         top = max(finite, default=1.0) * 1.05

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from trainer.atomic import write_atomic
+from trainer.atomic import write_text
 from trainer.findings import batch, core, depth, dynamics, ln, lr, stream
 from trainer.findings.claim import Finding
 from trainer.findings.reference import Reference
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     write_claim_figures(ref)
     text = render_page(ref, measure(ref))
-    write_atomic(root.parent / "README.md", text)
+    write_text(root.parent / "README.md", text)
     print(text)
     return 0
 

@@ -30,7 +30,7 @@ from trainer.results.baselines import at_plateau
 from trainer.findings.claim import Finding, line
 from trainer.findings.claim import BASE
 from trainer.findings.core import GROUP, compare_losses, every_seed
-from trainer.results.metrics import above, beyond, final_probe, finite, interval, test_loss
+from trainer.results.metrics import above, beyond, final_probe, finite, interval, final_test_loss
 from trainer.findings.reference import Reference
 from trainer.telemetry.definitions import SATURATION_X  # F14's probe threshold
 from trainer.findings.thresholds import (AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX, IDENTITY_DROP, IDENTITY_HIGH,
@@ -68,9 +68,9 @@ def f10(ref: Reference) -> Finding:
                     {AFFINE_SPREAD_MIN}; one without γ/β above {FLAT_SPREAD_MAX:g} is a failed
                     control""",
                 plot="analysis/stream.png")
-    loss = {"true": ref.per_seed(f, GROUP, test_loss, norm="layer", norm_affine="true",
+    loss = {"true": ref.per_seed(f, GROUP, final_test_loss, norm="layer", norm_affine="true",
                                  warmup_steps=50, **BASE),
-            "false": ref.per_seed(f, "affine", test_loss, norm="layer", norm_affine="false",
+            "false": ref.per_seed(f, "affine", final_test_loss, norm="layer", norm_affine="false",
                                   **BASE)}
     rows = ref.analysis(f, STREAM_CSV)
     last = ref.num_layers(GROUP) - 1
@@ -154,7 +154,7 @@ def f14(ref) -> Finding:
                 plot="dyt/plots/saturation.png")
     layers = ref.num_layers("dyt")
     runs = {a: ref.per_seed(f, "dyt", lambda r: r, dyt_alpha=a) for a in DYT_ALPHAS}
-    loss = {a: {s: test_loss(r) for s, r in rs.items()} for a, rs in runs.items()}
+    loss = {a: {s: final_test_loss(r) for s, r in rs.items()} for a, rs in runs.items()}
     sat = {a: {s: dyt_saturation(r, layers) for s, r in rs.items()} for a, rs in runs.items()}
     base = ref.baselines("dyt")
     if base is None:

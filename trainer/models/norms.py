@@ -205,15 +205,6 @@ class BatchNorm(_Norm):
         return {**super().get_config(), "epsilon": self.epsilon, "momentum": self.momentum}
 
 
-def masked_moments(x, mask):
-    """Mean and (biased) variance over the real tokens of x (B, T, C) under mask (B, T)."""
-    w = ops.cast(mask, "float32")[..., None]
-    count = ops.maximum(ops.sum(w), 1.0)
-    mean = ops.sum(x * w, axis=(0, 1)) / count
-    var = ops.sum(ops.square(x - mean) * w, axis=(0, 1)) / count
-    return mean, var
-
-
 @register(Norm.masked_batch)
 class MaskedBatchNorm(_Norm):
     """BatchNorm whose statistics (and running-statistic updates) come from real tokens only.

@@ -24,12 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
+from trainer import cache, rundir
 from trainer.atomic import read_json, write_json
 
 K_GRID = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
 HELD_OUT = 10  # every 10th train window is held out to choose k
 PLATEAU_MARGIN = 0.05  # nats: a final eval loss within this of the unigram value is "at plateau"
-FILE = "baselines.json"
+FILE = rundir.BASELINES
 
 
 def _pairs(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -96,11 +97,10 @@ def from_corpus(corpus) -> dict:
 def baselines_for(data_cfg) -> dict:
     """Baselines for a ``cfg.data`` node (prepares the corpus; cached beside its tokens)."""
     from trainer.data import prepare
-    from trainer.data import sources
 
     corpus = prepare(data_cfg)
     key = f"{corpus.fingerprint}-{corpus.tokenizer_hash}-{int(data_cfg.eval_batches)}-{corpus.max_len}"
-    path = sources.cache_root(data_cfg) / "baselines" / f"{key}.json"
+    path = cache.root(data_cfg.cache_dir) / cache.BASELINES / f"{key}.json"
     cached = read_json(path)
     if cached and "test" in cached:  # older files lack the test split's values
         return cached

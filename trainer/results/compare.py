@@ -2,8 +2,9 @@
 
 Compared (``compare_summaries``, ``compare_curves``):
 
-- summary.json: status, steps, final_eval_loss, final_eval_loss_train_mode (when the original
-  has it), best_eval_loss, diverged_step, max_grad_norm and every probe value;
+- summary.json: every key ``trainer.rundir.SUMMARY_SCHEMA`` marks exact or value (status,
+  steps, diverged step, the final eval, PreciseBN and test losses, best eval loss, loss
+  spikes, max grad norm) that the original has, and every probe value;
 - every curve in train/ and eval/ step by step (all tags except the wall-clock
   ``tokens_per_sec``): same tags, same steps, same values.
 
@@ -24,21 +25,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trainer import rundir
 from trainer.results.run import Run
 
 EPS32 = 2.0 ** -23  # float32 machine epsilon
 RTOL, ATOL = 1e-4, 1e-6  # floor of the tolerance on losses and summaries
 DIAGNOSTIC_FACTOR = 100  # per-batch gradients, activations, probes: measured up to 1.2e-3
 DIAGNOSTICS = ("grad_norm", "activation", "update_ratio", "probe")
-SUMMARY_KEYS = ("status", "steps", "final_eval_loss", "final_eval_loss_train_mode",
-                "best_eval_loss", "diverged_step", "max_grad_norm")
-EXACT_KEYS = ("status", "steps", "diverged_step")  # exact even under tolerance
+SUMMARY_KEYS = rundir.keys(rundir.EXACT, rundir.VALUE)
+EXACT_KEYS = rundir.keys(rundir.EXACT)  # exact even under tolerance
 WALL_CLOCK = ("tokens_per_sec", "padded_tokens_per_sec")  # timing, never reproducible
 ACCELERATORS = ("GPU", "TPU")
 # Keys of trainer.machine.machine_identity() that must be equal for a rerun to be expected
 # bit-identical (besides having no accelerator at all: identity is never demanded from one).
 IDENTITY_KEYS = ("cpu_model", "cpu_flags", "logical_cores", "usable_cores", "intra_op_threads",
                  "inter_op_threads", "onednn_enabled")
+VERDICT_FILE = rundir.REPRODUCE  # the verdict, written into the reproduction's directory
 
 
 @dataclass(frozen=True)
@@ -134,8 +136,9 @@ class Comparison:
 
 
 def compare_summaries(orig: dict, new: dict, cmp: Comparison) -> Comparison:
-    """Compare two summary.json dicts into ``cmp`` (status, steps, diverged step exactly)."""
-    keys = [k for k in SUMMARY_KEYS if k != "final_eval_loss_train_mode" or k in orig]
+    """Compare two summary.json dicts into ``cmp`` (``EXACT_KEYS`` exactly). A key the original
+    lacks is skipped: its summary was written before the key existed."""
+    keys = [k for k in SUMMARY_KEYS if k in orig]
     for key in keys:
         cmp.check(f"summary {key}", None, orig.get(key), new.get(key), exact=key in EXACT_KEYS)
     po, pn = orig.get("probes") or {}, new.get("probes") or {}
@@ -147,7 +150,7 @@ def compare_summaries(orig: dict, new: dict, cmp: Comparison) -> Comparison:
 def compare_curves(orig: Run, new: Run, cmp: Comparison) -> Comparison:
     """Compare every curve point by point into ``cmp``; only a curve's first difference beyond
     the tolerance is kept (the rest of a drifting curve is a consequence of it)."""
-    for group in ("train", "eval"):
+    for group in rundir.CURVES:
         a, b = getattr(orig, group), getattr(new, group)
         for tag in sorted((set(a) | set(b)) - set(WALL_CLOCK)):
             name = f"{group}/{tag}"

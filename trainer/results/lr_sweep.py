@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.atomic import write_atomic, write_csv
+from trainer.atomic import write_csv, write_text
 
 from trainer.results.baselines import read_run_baselines
 from trainer.results.metrics import final_loss, finite, mean
@@ -265,7 +265,7 @@ def write_lr_sweep(root, runs, baselines: dict | None = None, plots: bool = True
     root = Path(root)
     variants = lr_variants(runs, baselines)
     write_csv(root / f"{TABLE}.csv", table_rows(variants))
-    write_atomic(root / f"{TABLE}.md", markdown(variants, baselines))
+    write_text(root / f"{TABLE}.md", markdown(variants, baselines))
     if plots:
         from trainer.results.lr_plot import write_lr_figure
 

@@ -1,7 +1,8 @@
 """Numbers derived from runs and the statistics behind every verdict, each defined once:
-finite filtering, a run's final loss, final probe and train/inference gap, mean ± std, mean
-with a 95 % t-interval, and the two comparison rules the findings use. The summary tables,
-the plots and the findings all call these (a run is a :class:`trainer.results.run.Run`).
+finite filtering, a run's final eval and test losses, final probe and train/inference gap,
+mean ± std, mean with a 95 % t-interval, and the two comparison rules the findings use. The
+summary tables, the plots and the findings all call these (a run is a
+:class:`trainer.results.run.Run`).
 
 A comparison *shows* only when it holds for every seed and the groups' 95 % intervals do not
 overlap; a threshold test only when every seed passes and the whole interval lies beyond the
@@ -18,6 +19,8 @@ import math
 from dataclasses import dataclass
 
 from scipy import stats
+
+from trainer.rundir import EVAL
 
 CONFIDENCE = 0.95
 # On a log scale, a value of exactly 0 (a per-token norm's |Δ logits|) counts as this: far below
@@ -39,22 +42,7 @@ def final_loss(run) -> float | None:
     return finite(run.summary.get("final_eval_loss"))
 
 
-def test_loss(run) -> float | None:
-    """Final test loss (inference mode; the split no choice of scale, rate or steps read), what
-    verdicts are judged on; a diverged run counts as infinitely bad."""
-    if run.status == "diverged":
-        return math.inf
-    return finite(run.summary.get("final_test_loss"))
-
-
-def test_loss_precise_bn(run) -> float | None:
-    """Final test loss with population BN statistics (PreciseBN), or None (not a BN run)."""
-    if run.status == "diverged":
-        return math.inf
-    return finite(run.summary.get("final_test_loss_precise_bn"))
-
-
-def test_gap(run, precise: bool = False) -> float | None:
+def final_test_gap(run, precise: bool = False) -> float | None:
     """Train/inference gap on the test split: inference-mode test loss (EMA running statistics,
     or population statistics with ``precise``) minus the same batches with batch statistics."""
     loss = finite(run.summary.get("final_test_loss_precise_bn" if precise else "final_test_loss"))
@@ -67,10 +55,27 @@ def precise_bn_loss(run) -> float | None:
     return finite(run.summary.get("final_eval_loss_precise_bn"))
 
 
+# Named final_test_*, not test_*: pytest would collect a test_* function imported into a test.
+def final_test_loss(run) -> float | None:
+    """Test-split loss, evaluated once after the last step in inference mode; a diverged run
+    counts as infinitely bad (as in ``final_loss``); None for a run made before it existed."""
+    if run.status == "diverged":
+        return math.inf
+    return finite(run.summary.get("final_test_loss"))
+
+
+def final_test_loss_precise_bn(run) -> float | None:
+    """Test-split loss with population BN statistics (PreciseBN); a diverged run counts as
+    infinitely bad; None without batch norm, or for a run made before it existed."""
+    if run.status == "diverged":
+        return math.inf
+    return finite(run.summary.get("final_test_loss_precise_bn"))
+
+
 def final_probe(run, tag: str) -> float | None:
     """A probe's final value: from summary.json, else the last point of its eval curve."""
     value = (run.summary.get("probes") or {}).get(tag)
-    return finite(value if value is not None else run.final("eval", tag))
+    return finite(value if value is not None else run.final(EVAL, tag))
 
 
 def mode_losses(run, key: str = "final_eval_loss") -> tuple[float | None, float | None]:
@@ -84,7 +89,7 @@ def mode_losses(run, key: str = "final_eval_loss") -> tuple[float | None, float 
     s = run.summary
     loss, train_mode = finite(s.get(key)), finite(s.get("final_eval_loss_train_mode"))
     if train_mode is None and loss is not None and key == "final_eval_loss":
-        return finite(run.final("eval", "loss")), finite(run.final("eval", "loss_train_mode"))
+        return finite(run.final(EVAL, "loss")), finite(run.final(EVAL, "loss_train_mode"))
     return loss, train_mode
 
 

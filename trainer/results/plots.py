@@ -24,6 +24,7 @@ from pathlib import Path
 from matplotlib.lines import Line2D
 
 from trainer.atomic import save_figure, subplots
+from trainer.rundir import EVAL, TRAIN
 from trainer.results.metrics import final_probe, gap
 from trainer.results.palette import Sweep
 from trainer.results.series import (before_divergence, by_block, finite_points, mean_curve,
@@ -143,7 +144,7 @@ def loss_figure(sweep: Sweep, baselines: dict[str, float] | None = None):
     values, firsts, events = [], [], []
     for (ax_train, ax_eval), panel in zip(axes, sweep.panels):
         _title(ax_train, sweep, panel)
-        for ax, group in ((ax_train, "train"), (ax_eval, "eval")):
+        for ax, group in ((ax_train, TRAIN), (ax_eval, EVAL)):
             drawn = False
             for v in sweep.variants_in(panel):
                 curves = [before_divergence(r, getattr(r, group).get("loss", [])) for r in v.runs]
@@ -156,11 +157,11 @@ def loss_figure(sweep: Sweep, baselines: dict[str, float] | None = None):
                     if run.status == "diverged":
                         events.append((ax, v, [(run.summary.get("diverged_step") or curve[-1][0],
                                                 curve[-1][1])], "x"))
-                    if group == "train":
+                    if group == TRAIN:
                         events.append((ax, v, spikes(run, curve), "^"))
             if not drawn:
                 _empty(ax, f"{group} loss")
-            ax.set_ylabel(f"{group} loss" if group == "train" else "eval loss\n(inference)",
+            ax.set_ylabel(f"{group} loss" if group == TRAIN else "eval loss\n(inference)",
                           fontsize=9)
         ax_eval.set_xlabel("step", fontsize=9)
     lines = sorted(((k, v) for k, v in (baselines or {}).items()
@@ -243,13 +244,13 @@ def _depth_figure(sweep, group, prefix, suffix, ylabel, title, log):
 
 def token_std_figure(sweep: Sweep, baselines=None):
     """Final residual-stream token std per block (log y): stream growth with depth."""
-    return _depth_figure(sweep, "train", "activation/", "/token_std", "token std",
+    return _depth_figure(sweep, TRAIN, "activation/", "/token_std", "token std",
                          "Final residual-stream token std by depth (log scale)", log=True)
 
 
 def token_cosine_figure(sweep: Sweep, baselines=None):
     """Final mean pairwise token cosine per block (1 = rank collapse)."""
-    return _depth_figure(sweep, "eval", "probe/token_cosine/", "", "token cosine",
+    return _depth_figure(sweep, EVAL, "probe/token_cosine/", "", "token cosine",
                          "Final mean pairwise token cosine by depth (1 = rank collapse)",
                          log=False)
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from trainer import rundir
 from trainer.atomic import read_json
 from trainer.results.events import read_scalars
 
 SEED_PART = re.compile(r"(^|,)seed=\d+(?=,|$)")
-FINISHED = ("completed", "diverged")
 
 
 def variant_name(run_name: str) -> str:
@@ -50,7 +50,7 @@ class Run:
         self.path = None if path is None else Path(path)
         self.name = name if name is not None else self.path.resolve().name
         self.variant = variant if variant is not None else variant_name(self.name)
-        unknown = set(parts) - {"cfg", "summary", "meta", "train", "eval"}
+        unknown = set(parts) - {"cfg", "summary", "meta", *rundir.CURVES}
         if unknown:
             raise TypeError(f"Run() got unexpected parts {sorted(unknown)}")
         # A part given here is what its cached_property would have read: store it in its place.
@@ -61,23 +61,23 @@ class Run:
 
     @cached_property
     def cfg(self):
-        return OmegaConf.load(self.path / "config.yaml")
+        return OmegaConf.load(self.path / rundir.CONFIG)
 
     @cached_property
     def summary(self) -> dict:
-        return read_json(self.path / "summary.json")
+        return read_json(self.path / rundir.SUMMARY)
 
     @cached_property
     def meta(self) -> dict:
-        return read_json(self.path / "meta.json")
+        return read_json(self.path / rundir.META)
 
     @cached_property
     def train(self) -> dict[str, list[tuple[int, float]]]:
-        return read_scalars(self.path / "train")
+        return read_scalars(self.path / rundir.TRAIN)
 
     @cached_property
     def eval(self) -> dict[str, list[tuple[int, float]]]:
-        return read_scalars(self.path / "eval")
+        return read_scalars(self.path / rundir.EVAL)
 
     @property
     def seed(self) -> int:
@@ -89,7 +89,7 @@ class Run:
 
     @property
     def finished(self) -> bool:
-        return self.status in FINISHED
+        return self.status in rundir.FINISHED
 
     def final(self, group: str, tag: str):
         """Last value of a curve of ``group`` ("train"/"eval"); None when never written."""
@@ -109,18 +109,18 @@ class Run:
         return curve[{"first": 0, "mid": len(curve) // 2}.get(which, -1)][1]
 
 
-def find_runs(root: str | Path, skip: tuple[str, ...] = ()) -> list[Path]:
+def run_dirs(root: str | Path, skip: tuple[str, ...] = ()) -> list[Path]:
     """Run directories (holding config.yaml) at or under ``root``, sorted. Directories named
     ``*.reproduce`` (made by ``reproduce``) and anything under a directory named in ``skip``
     are left out."""
     root = Path(root)
-    runs = (p.parent for p in root.rglob("config.yaml"))
+    runs = (p.parent for p in root.rglob(rundir.CONFIG))
     return sorted(p for p in runs if not any(part.endswith(".reproduce") or part in skip
                                              for part in p.relative_to(root).parts))
 
 
 def load_runs(root: str | Path) -> list[Run]:
-    """Every run under ``root`` (``find_runs``), named relative to it; nothing read yet."""
+    """Every run under ``root`` (``run_dirs``), named relative to it; nothing read yet."""
     root = Path(root)
     return [Run(path, str(path.relative_to(root)) if path != root else root.resolve().name)
-            for path in find_runs(root)]
+            for path in run_dirs(root)]

@@ -12,6 +12,8 @@ import math
 import re
 import statistics
 
+from trainer.telemetry.spikes import replay
+
 BLOCK = re.compile(r"block_(\d+)")
 
 
@@ -53,12 +55,12 @@ def before_divergence(run, curve):
 
 def spikes(run, curve):
     """Loss spikes as (step, y): the steps the run counted (``summary["loss_spike_steps"]``,
-    see trainer/telemetry/spikes.py) placed on the nearest logged point of ``curve`` (the loss of
-    an unlogged step is not kept); for older runs without that key, a logged loss > 2x the one
-    before."""
+    the rule of trainer/telemetry/spikes.py) placed on the nearest logged point of ``curve``
+    (the loss of an unlogged step is not kept); for older runs without that key, the same rule
+    replayed over the logged points (``spikes.replay``, V = ``data.vocab_size``)."""
     recorded = run.summary.get("loss_spike_steps")
     if recorded is None:
-        return [(s, v) for (_, prev), (s, v) in zip(curve, curve[1:]) if v > 2 * prev > 0]
+        return replay(finite_points(curve), int(run.cfg.data.vocab_size))
     if not curve:
         return []
     steps = [s for s, _ in curve]

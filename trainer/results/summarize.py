@@ -21,23 +21,24 @@ import csv
 import io
 from pathlib import Path
 
-from trainer.atomic import write_atomic
+from trainer import rundir
+from trainer.atomic import write_text
 from trainer.results.baselines import (PLATEAU_MARGIN, at_plateau, ensure_baselines,
                                       read_run_baselines)
 from trainer.results.lr_sweep import varies_lr, write_lr_sweep
 from trainer.results.metrics import final_probe, finite, gap, interval, mean, mean_std, mode_losses
 from trainer.results.run import Run, group_status, load_runs
 
-RUN_COLUMNS = ("run", "variant", "norm", "placement", "residual", "num_layers", "lr",
-               "warmup_steps", "seed", "status", "steps", "final_eval_loss",
-               "final_eval_loss_train_mode", "train_inference_gap", "best_eval_loss",
-               "diverged_step", "loss_spikes", "final_eval_loss_precise_bn", "at_plateau",
-               "max_grad_norm", "batch_invariance", "batch_invariance_inference",
-               "token_cosine_last", "tokens_per_sec", "pad_fraction", "wall_s", "train_share")
-COLUMNS = ("variant", "norm", "placement", "residual", "num_layers", "lr", "warmup_steps",
+CONFIG_COLUMNS = ("norm", "placement", "residual", "num_layers", "lr", "warmup_steps")
+# runs.csv: the config keys, the summary.json keys the schema marks as columns, derived numbers.
+RUN_COLUMNS = ("run", "variant", *CONFIG_COLUMNS, "seed", *rundir.columns(),
+               "train_inference_gap", "at_plateau", "batch_invariance",
+               "batch_invariance_inference", "token_cosine_last", "wall_s", "train_share")
+COLUMNS = ("variant", *CONFIG_COLUMNS,
            "n_seeds", "status", "plateau", "final_eval_loss_mean", "final_eval_loss_ci95",
            "final_eval_loss_min", "final_eval_loss_max", "final_eval_loss_std",
-           "best_eval_loss_mean", "best_eval_loss_std", "eval_loss_train_mode",
+           "final_test_loss_mean", "final_test_loss_std", "best_eval_loss_mean",
+           "best_eval_loss_std", "eval_loss_train_mode",
            "train_inference_gap", "diverged_steps", "loss_spikes", "max_grad_norm",
            "batch_invariance", "token_cosine_last", "tokens_per_sec", "train_share")
 # Markdown: (header, cell builder) — numbers compact, mean ± std where seeds were grouped.
@@ -48,6 +49,7 @@ MD_COLUMNS = (
     ("warmup", lambda v: v["warmup_steps"]), ("seeds", lambda v: v["n_seeds"]),
     ("status", lambda v: v["status"] + (f", {v['plateau']}" if v["plateau"] else "")),
     ("final eval loss", lambda v: _ci(v)),
+    ("final test loss", lambda v: _pm(v["final_test_loss_mean"], v["final_test_loss_std"])),
     ("best eval loss", lambda v: _pm(v["best_eval_loss_mean"], v["best_eval_loss_std"])),
     ("eval loss (train-mode BN)", lambda v: _num(v["eval_loss_train_mode"])),
     ("train/inference gap", lambda v: _num(v["train_inference_gap"])),
@@ -65,24 +67,20 @@ def run_row(run: Run, baselines: dict | None = None) -> dict:
     """One runs.csv row: the run's config keys, summary values and derived metrics."""
     s, cfg = run.summary, run.cfg
     last = int(cfg.model.num_layers) - 1
-    loss = finite(s.get("final_eval_loss"))
+    # Floats only when finite (a NaN or inf cell would read as a number); counts stay ints.
+    values = {k: finite(s.get(k)) if isinstance(s.get(k), float) else s.get(k)
+              for k in rundir.columns()}
     return {
         "run": run.name, "variant": run.variant, "norm": cfg.model.norm,
         "placement": cfg.model.placement, "residual": cfg.model.residual,
         "num_layers": cfg.model.num_layers, "lr": cfg.train.lr,
-        "warmup_steps": cfg.train.warmup_steps, "seed": run.seed, "status": run.status,
-        "steps": s.get("steps"), "final_eval_loss": loss,
-        "final_eval_loss_train_mode": mode_losses(run)[1], "train_inference_gap": gap(run),
-        "best_eval_loss": finite(s.get("best_eval_loss")), "diverged_step": s.get("diverged_step"),
-        "loss_spikes": s.get("loss_spikes"),
-        "final_eval_loss_precise_bn": finite(s.get("final_eval_loss_precise_bn")),
-        "at_plateau": at_plateau(loss, baselines),
-        "max_grad_norm": finite(s.get("max_grad_norm")),
+        "warmup_steps": cfg.train.warmup_steps, "seed": run.seed, **values,
+        "status": run.status, "final_eval_loss_train_mode": mode_losses(run)[1],
+        "train_inference_gap": gap(run), "at_plateau": at_plateau(values["final_eval_loss"],
+                                                                  baselines),
         "batch_invariance": final_probe(run, "probe/batch_invariance"),
         "batch_invariance_inference": final_probe(run, "probe/batch_invariance_inference"),
         "token_cosine_last": final_probe(run, f"probe/token_cosine/block_{last}"),
-        "tokens_per_sec": finite(s.get("tokens_per_sec")),
-        "pad_fraction": finite(s.get("pad_fraction")),
         "wall_s": finite((s.get("time") or {}).get("wall_s")),
         "train_share": finite((s.get("time") or {}).get("train_share")),
     }
@@ -102,9 +100,10 @@ def group_variants(rows: list[dict]) -> list[dict]:
         plateau = sum(bool(p) for p in col("at_plateau"))
         spikes = [x for x in col("loss_spikes") if x is not None]
         best_mean, best_std = mean_std(col("best_eval_loss"))
+        test_mean, test_std = mean_std(col("final_test_loss"))
         grads = [g for g in col("max_grad_norm") if g is not None]
         out.append({
-            "variant": name, **{k: first[k] for k in COLUMNS[1:7]},
+            "variant": name, **{k: first[k] for k in CONFIG_COLUMNS},
             "n_seeds": len(members), "status": group_status(col("status")),
             "plateau": (f"at unigram plateau {plateau}/{len(members)}" if len(members) > 1
                         else "at unigram plateau") if plateau else "",
@@ -114,6 +113,7 @@ def group_variants(rows: list[dict]) -> list[dict]:
             "final_eval_loss_max": loss_iv.max if loss_iv else None,
             "loss_spikes": " ".join(str(x) for x in spikes) if len(set(spikes)) > 1 else
                            (spikes[0] if spikes else None),
+            "final_test_loss_mean": test_mean, "final_test_loss_std": test_std,
             "best_eval_loss_mean": best_mean, "best_eval_loss_std": best_std,
             "eval_loss_train_mode": mean(col("final_eval_loss_train_mode")),
             "train_inference_gap": mean(col("train_inference_gap")),
@@ -171,7 +171,8 @@ def markdown(variants: list[dict], baselines: dict | None = None) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(cell(v)) for _, cell in MD_COLUMNS) + " |" for v in variants]
     note = ("\nFinal eval loss: mean ± 95 % t-interval [min, max] over the seeds that completed "
-            "(best eval loss: mean ± sample std). Gap: eval loss in inference mode minus eval loss "
+            "(final test loss, on the test split once after training, and best eval loss: "
+            "mean ± sample std). Gap: eval loss in inference mode minus eval loss "
             "with batch statistics (train-mode BN). Train share: time in train steps / the run's "
             "wall time (summary.json `time`). Plots: plots/*.png.\n")
     if baselines:
@@ -189,9 +190,9 @@ def summarize(root: str | Path, plots: bool = True) -> list[dict]:
     base = ensure_baselines(root, runs) if runs else None
     rows = [run_row(r, base or read_run_baselines(r.path)) for r in runs]
     variants = group_variants(rows)
-    write_atomic(root / "runs.csv", _csv(rows, RUN_COLUMNS))
-    write_atomic(root / "summary.csv", _csv(variants, COLUMNS))
-    write_atomic(root / "summary.md", markdown(variants, base))
+    write_text(root / "runs.csv", _csv(rows, RUN_COLUMNS))
+    write_text(root / "summary.csv", _csv(variants, COLUMNS))
+    write_text(root / "summary.md", markdown(variants, base))
     if plots and runs:
         from trainer.results.plots import write_plots
 

@@ -16,12 +16,13 @@ from tensorboard.plugins.custom_scalar import layout_pb2, summary as cs_summary
 from tensorboard.plugins.hparams import api as hp
 
 from trainer.faults import writing
+from trainer.rundir import CURVES, EVAL, TRAIN
 
 # Final values the HParams table shows, as (writer group, tag).
-HPARAM_METRICS = (("eval", "loss"), ("eval", "final/best_eval_loss"), ("eval", "loss_train_mode"),
-                  ("eval", "final/diverged_step"), ("eval", "final/max_grad_norm"),
-                  ("train", "loss"), ("eval", "probe/batch_invariance"),
-                  ("eval", "probe/token_cosine/block_0"))
+HPARAM_METRICS = ((EVAL, "loss"), (EVAL, "final/best_eval_loss"), (EVAL, "loss_train_mode"),
+                  (EVAL, "final/diverged_step"), (EVAL, "final/max_grad_norm"),
+                  (TRAIN, "loss"), (EVAL, "probe/batch_invariance"),
+                  (EVAL, "probe/token_cosine/block_0"))
 
 
 def expand(metrics: dict) -> dict[str, float]:
@@ -43,7 +44,7 @@ class RunWriters:
     def __init__(self, run_dir: Path):
         self.run_dir = Path(run_dir)
         self.writers = {g: tf.summary.create_file_writer(str(self.run_dir / g))
-                        for g in ("train", "eval")}
+                        for g in CURVES}
 
     def write(self, group: str, scalars: dict[str, float], step: int) -> None:
         with writing("events", self.run_dir / group), self.writers[group].as_default(step=step):

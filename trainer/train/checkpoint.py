@@ -1,4 +1,5 @@
-"""A run's checkpoints: restore the newest readable one, save with the loop's history, clean up.
+"""A run's checkpoints: resume from the newest readable one, save with the loop's history, clean
+up, and restore a trained run's model for analysis (``restore_trained``).
 
 ``RUN_DIR/checkpoints/ckpt-N.{index,data-*}`` are tf.train checkpoints of everything a resume
 needs: model, optimizer, step and the loop's running values at step N (best eval loss, max
@@ -25,7 +26,11 @@ from pathlib import Path
 import tensorflow as tf
 
 from trainer.atomic import atomic_write
+from trainer.config import ConfigError, load_config
+from trainer.data import prepare
 from trainer.faults import _reason, writing
+from trainer.models import build_model
+from trainer.rundir import CHECKPOINTS, CONFIG
 from trainer.train.rundir import RunDirError
 
 KEEP = 2  # a corrupt newest checkpoint leaves an older one to fall back to
@@ -85,14 +90,14 @@ def remove_temp(directory: Path) -> list[Path]:
     return removed
 
 
-def restore(ckpt: tf.train.Checkpoint, run_dir: Path) -> tuple[tf.train.CheckpointManager, int, dict]:
-    """Restore the newest readable checkpoint of ``run_dir`` into ``ckpt``.
+def resume(ckpt: tf.train.Checkpoint, run_dir: Path) -> tuple[tf.train.CheckpointManager, int, dict]:
+    """Restore the newest readable checkpoint of ``run_dir`` into ``ckpt``, to train on.
 
     Returns the manager to save with, the restored step (0 when there is none) and the
     history saved with it ({} when there is none). Each unreadable checkpoint is reported in
     one line on stderr; when none is readable, ``RunDirError`` is raised and nothing is deleted.
     """
-    directory = Path(run_dir) / "checkpoints"
+    directory = Path(run_dir) / CHECKPOINTS
     remove_temp(directory)
     found, restored, failures = _found(directory), None, []
     for n in found:
@@ -144,3 +149,23 @@ def save(manager: tf.train.CheckpointManager, step: int, history: dict) -> None:
     ckpt.step.assign(step)
     with writing("checkpoint", Path(manager.directory) / f"ckpt-{step}"):
         manager.save(checkpoint_number=step)
+
+
+def restore_trained(run_dir: Path):
+    """(cfg, corpus, model) of a trained run, the model at its last checkpoint: what the
+    checkpoint analyses (``trainer.analysis``) evaluate. A ``ConfigError`` when there is no
+    checkpoint or it lacks a model variable."""
+    run_dir = Path(run_dir)
+    cfg = load_config(run_dir / CONFIG)
+    latest = tf.train.latest_checkpoint(str(run_dir / CHECKPOINTS))
+    if latest is None:
+        raise ConfigError(f"{run_dir} has no checkpoint (checkpoints are not committed: rerun "
+                          f"it with the same config, or `python -m trainer reproduce`, to make one)")
+    corpus = prepare(cfg.data)
+    model = build_model(cfg.model, corpus.vocab_size, corpus.max_len)
+    try:
+        make_checkpoint(model).restore(latest).expect_partial().assert_existing_objects_matched()
+    except AssertionError:
+        raise ConfigError(f"{latest} does not hold every model variable (made before "
+                          f"checkpoints listed them all): rerun the run to make one") from None
+    return cfg, corpus, model

@@ -27,12 +27,11 @@ from trainer.faults import Stopped
 from trainer.machine import peak_rss_mb
 from trainer.models import BATCH_NORMS, build_model
 from trainer.memory import keep_large_blocks, release_free_memory
-from trainer.telemetry.precise_bn import BATCHES as PRECISE_BN_BATCHES, population_statistics
-from trainer.telemetry.probes import ProbeBatch, frozen_state, run_probes
-from trainer.telemetry.samples import Samples
+from trainer.rundir import EVAL, FINISHED, META, SUMMARY, TRAIN
 from trainer.telemetry.spikes import SpikeCounter
 from trainer.telemetry.tensorboard import RunWriters, expand, truncate_events
 from trainer.train import checkpoint
+from trainer.train.evaluation import Evaluator
 from trainer.train.preempt import stop_requests
 from trainer.train.rundir import collect_meta, inspect_run_dir, read_json, run_lock, write_json
 from trainer.train.timing import Throughput, Timings
@@ -66,22 +65,6 @@ def make_optimizer(train_cfg) -> keras.optimizers.Optimizer:
     return opt
 
 
-def evaluate(eval_step, batches) -> float:
-    """Mean token loss over the fixed evaluation batches."""
-    total = tokens = 0.0
-    for batch in batches:
-        out = eval_step(batch)
-        total += float(out["loss_sum"])
-        tokens += float(out["tokens"])
-    return total / max(tokens, 1.0)
-
-
-def evaluate_train_mode(model, eval_step, batches) -> float:
-    """Eval loss with BN in training mode; running statistics are restored afterwards."""
-    with frozen_state(model):
-        return evaluate(eval_step, batches)
-
-
 def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bool = True) -> dict:
     """Train ``cfg`` into ``run_dir`` (resuming if it holds the same unfinished run).
 
@@ -91,17 +74,17 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
     """
     run_dir = Path(run_dir)
     keep_large_blocks()  # XLA step buffers reuse heap pages instead of page-faulting each step
-    state = inspect_run_dir(run_dir, cfg)
-    if state == "completed":
-        return read_json(run_dir / "summary.json")
+    if inspect_run_dir(run_dir, cfg) in FINISHED:
+        return read_json(run_dir / SUMMARY)
+    compile_cache.follow(cfg.data.cache_dir)  # the run's cache root, before anything compiles
     t = cfg.train
     timings = Timings()
     # Data problems surface before anything is written: no half run dir that looks like a result.
     with timings.phase("data"):
         corpus = prepare(cfg.data, seed=t.seed)
     with run_lock(run_dir, cfg):
-        if inspect_run_dir(run_dir, cfg) == "completed":  # finished while we waited for data
-            return read_json(run_dir / "summary.json")
+        if inspect_run_dir(run_dir, cfg) in FINISHED:  # finished while we waited for data
+            return read_json(run_dir / SUMMARY)
         # bfloat16 compute with float32 variables; norms and the head stay float32 (models/).
         previous = keras.mixed_precision.global_policy()
         keras.mixed_precision.set_global_policy(
@@ -115,7 +98,7 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
 
 
 @dataclass
-class Run:
+class Compiled:
     """A run's model, optimizer and compiled steps (``build_run``)."""
 
     model: keras.Model
@@ -128,18 +111,22 @@ class Run:
 
     # the persistent cache's entries when the steps were made (compile_count tells new ones)
     cache_before: set = field(default_factory=compile_cache.snapshot)
+    # eval programs first traced for the test split (shapes validation lacks; Evaluator.final)
+    test_compilations: int = 0
 
     def compile_count(self) -> dict:
-        """Programs traced per step; ``xla``: of all of them, how many XLA compiled in this
-        run and how many it loaded from the persistent cache (``trainer.compile_cache``)."""
+        """Programs traced per step (``test``: the eval step's, for test shapes only);
+        ``xla``: of all of them, how many XLA compiled in this run and how many it loaded
+        from the persistent cache (``trainer.compile_cache``)."""
         count = {"train": self.train_step.compilations(),
-                 "eval": self.eval_step.compilations(),
+                 "eval": self.eval_step.compilations() - self.test_compilations,
                  "eval_train_mode": self.eval_step_train_mode.compilations()
-                 if self.eval_step_train_mode else 0}
+                 if self.eval_step_train_mode else 0,
+                 "test": self.test_compilations}
         return {**count, "xla": compile_cache.account(sum(count.values()), self.cache_before)}
 
 
-def build_run(cfg, corpus, strategy) -> Run:
+def build_run(cfg, corpus, strategy) -> Compiled:
     """Model and optimizer (under ``strategy``), then the train, eval and train-mode eval
     steps. The caller seeds first (``keras.utils.set_random_seed``, op determinism): the
     order here is what makes the initial weights, and so every curve, reproducible."""
@@ -151,58 +138,8 @@ def build_run(cfg, corpus, strategy) -> Run:
     train_step = make_train_step(model, optimizer, clip_norm=t.clip_norm,
                                  telemetry=cfg.runtime.telemetry, xla=xla,
                                  shared_update=cfg.runtime.shared_update, strategy=strategy)
-    return Run(model, optimizer, train_step, make_eval_step(model, xla=xla),
+    return Compiled(model, optimizer, train_step, make_eval_step(model, xla=xla),
                make_eval_step(model, xla=xla, training=True) if model.mode_dependent else None)
-
-
-class Evaluator:
-    """Evaluations at eval steps: the eval loss (inference mode and train mode), probes and
-    their histograms when telemetry is on, all written to the eval curves; keeps the best and
-    last values, which carry over a resume through ``history()``."""
-
-    def __init__(self, cfg, run: Run, corpus, writers: RunWriters, timings: Timings,
-                 history: dict):
-        self.run, self.writers, self.timings = run, writers, timings
-        self.telemetry = cfg.runtime.telemetry
-        self.batches = corpus.eval_batches("validation", cfg.data.eval_batches or None)
-        self.best = history.get("best_eval_loss", math.inf)
-        self.last = history.get("final_eval_loss")
-        self.last_train_mode = history.get("final_eval_loss_train_mode")
-        self.probes = history.get("probes", {})
-        self.probe = ProbeBatch(self.batches, corpus.max_len)
-        self.samples = Samples(run.model, corpus, cfg.train.samples) if cfg.train.samples else None
-
-    def __call__(self, step: int) -> None:
-        with self.timings.phase("eval"):
-            run = self.run
-            compiled = run.eval_step.compilations()
-            loss = evaluate(run.eval_step, self.batches)
-            train_mode = (evaluate_train_mode(run.model, run.eval_step_train_mode, self.batches)
-                          if run.eval_step_train_mode else loss)
-            scalars = {"loss": loss, "perplexity": math.exp(min(loss, 50.0)),
-                       "loss_train_mode": train_mode}
-            if self.telemetry:
-                self.probes, histograms = run_probes(run.model, self.probe)
-                scalars.update(self.probes)
-                self.writers.histograms("eval", histograms, step)
-            self.writers.write("eval", scalars, step)
-            if self.samples is not None:
-                self.writers.text("eval", "samples", self.samples(), step)
-            if run.eval_step.compilations() != compiled:
-                release_free_memory()
-            self.last, self.last_train_mode = loss, train_mode
-            if math.isfinite(loss):
-                self.best = min(self.best, loss)
-
-    def precise_bn(self, corpus, seed: int) -> float:
-        """Inference-mode eval loss with BN population statistics recomputed on train batches."""
-        with self.timings.phase("eval"), population_statistics(
-                self.run.model, [corpus.train_batch(i, seed) for i in range(PRECISE_BN_BATCHES)]):
-            return evaluate(self.run.eval_step, self.batches)
-
-    def history(self) -> dict:
-        return {"best_eval_loss": self.best, "final_eval_loss": self.last,
-                "final_eval_loss_train_mode": self.last_train_mode, "probes": self.probes}
 
 
 class RunningValues:
@@ -248,7 +185,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
     tf.config.experimental.enable_op_determinism()
     strategy = make_strategy(cfg.runtime.strategy)
     run = build_run(cfg, corpus, strategy)
-    manager, start, history = checkpoint.restore(
+    manager, start, history = checkpoint.resume(
         checkpoint.make_checkpoint(run.model, run.optimizer, resumable=True), run_dir)
     if start == 0:
         _write_meta(cfg, run_dir, corpus, stats, strategy, argv)
@@ -266,14 +203,14 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
         nonfinite = bool(out["nonfinite"]) or not math.isfinite(loss)
         if nonfinite or loss > t.loss_upper_bound:
             diverged_step = step
-            writers.write("train", {"nonfinite": float(nonfinite), "loss": loss}, step)
+            writers.write(TRAIN, {"nonfinite": float(nonfinite), "loss": loss}, step)
             break
         running.update(step, loss, float(out["grad_norm/global"]))
         if step % t.log_every == 0 or step == t.steps - 1:
             scalars = expand({k: v for k, v in out.items() if k != "tokens"})
             if (rate := speed.window()) is not None:
                 scalars["tokens_per_sec"] = rate
-            writers.write("train", scalars, step)
+            writers.write(TRAIN, scalars, step)
             bar.set_postfix(loss=f"{loss:.3f}")
         done = step + 1
         if done % t.eval_every == 0 or done == t.steps:
@@ -287,16 +224,16 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
             writers.close()
             raise Stopped(f"stopped at step {done}; rerun the same command to resume")
     bar.close()
-    writers.write("eval", {"final/best_eval_loss": evaluator.best,
+    writers.write(EVAL, {"final/best_eval_loss": evaluator.best,
                            "final/max_grad_norm": running.max_grad,
                            "final/diverged_step": -1 if diverged_step is None else diverged_step},
                   t.steps)
     writers.close()
-    precise_bn = (evaluator.precise_bn(corpus, t.seed) if diverged_step is None
-                  and run.model.config.norm in BATCH_NORMS else None)
-    summary = _summary(t, diverged_step, run, evaluator, running, speed, stats, precise_bn, timings)
+    final = (evaluator.final(corpus, t.seed, cfg.model.norm in BATCH_NORMS)
+             if diverged_step is None else {})
+    summary = _summary(t, diverged_step, run, evaluator, running, speed, stats, final, timings)
     checkpoint.save_model(run.model, run_dir)
-    write_json(run_dir / "summary.json", summary)
+    write_json(run_dir / SUMMARY, summary)
     return summary
 
 
@@ -305,7 +242,7 @@ def _write_meta(cfg, run_dir: Path, corpus, stats: dict, strategy, argv) -> None
                  "tokenizer_hash": corpus.tokenizer_hash, "data_stats": stats,
                  "devices": [d.name for d in tf.config.list_logical_devices()],
                  "replicas": strategy.num_replicas_in_sync}
-    write_json(run_dir / "meta.json",
+    write_json(run_dir / META,
                collect_meta(cfg, argv if argv is not None else sys.argv, data_info))
 
 
@@ -313,20 +250,21 @@ def _open_curves(cfg, run_dir: Path, start: int, stats: dict) -> RunWriters:
     """The run's summary writers, after dropping curves past the checkpoint at ``start``."""
     # Curves past the checkpoint belong to work that is about to be redone (the evaluation at
     # the checkpoint's own step ran before it was saved; a fresh start redoes everything).
-    truncate_events(run_dir / "train", keep_below=start)
-    truncate_events(run_dir / "eval", keep_below=start + 1 if start else 0)
+    truncate_events(run_dir / TRAIN, keep_below=start)
+    truncate_events(run_dir / EVAL, keep_below=start + 1 if start else 0)
     if start == 0:
         truncate_events(run_dir, keep_below=0)  # the HParams session is written again below
     writers = RunWriters(run_dir)
     if start == 0:
         writers.hparams({k.split(".")[-1]: _hparam(OmegaConf.select(cfg, k)) for k in HPARAM_KEYS})
-        writers.write("train", {"pad_fraction": stats["pad_fraction"]}, 0)
+        writers.write(TRAIN, {"pad_fraction": stats["pad_fraction"]}, 0)
     return writers
 
 
-def _summary(t, diverged_step, run: Run, evaluator: Evaluator, running: RunningValues,
-             speed: Throughput, stats: dict, precise_bn, timings: Timings) -> dict:
-    """summary.json: the run's result (diverged when ``diverged_step`` is set)."""
+def _summary(t, diverged_step, run: Compiled, evaluator: Evaluator, running: RunningValues,
+             speed: Throughput, stats: dict, final: dict, timings: Timings) -> dict:
+    """summary.json (keys: ``trainer.rundir.SUMMARY_SCHEMA``): the run's result, diverged when
+    ``diverged_step`` is set; ``final`` holds ``Evaluator.final``'s losses ({} if diverged)."""
     completed = diverged_step is None
     return {
         "status": "completed" if completed else "diverged",
@@ -335,7 +273,10 @@ def _summary(t, diverged_step, run: Run, evaluator: Evaluator, running: RunningV
         "final_eval_loss": evaluator.last if completed else None,
         "final_eval_loss_train_mode": evaluator.last_train_mode if completed else None,
         # inference mode with population statistics recomputed after training (BN runs only)
-        "final_eval_loss_precise_bn": precise_bn,
+        "final_eval_loss_precise_bn": final.get("final_eval_loss_precise_bn"),
+        "final_test_loss": final.get("final_test_loss"),
+        "final_test_loss_train_mode": final.get("final_test_loss_train_mode"),
+        "final_test_loss_precise_bn": final.get("final_test_loss_precise_bn"),
         "loss_spikes": running.spikes.count,
         "loss_spike_steps": running.spikes.steps,
         "best_eval_loss": evaluator.best if math.isfinite(evaluator.best) else None,

@@ -1,4 +1,5 @@
-"""The self-describing run directory: config.yaml, meta.json, summary.json (atomic writes)."""
+"""Writing a run directory (its names: ``trainer.rundir``): the lock and the saved config, what
+an existing directory holds for a config, and the provenance that goes into meta.json."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from trainer.atomic import read_json, write_atomic, write_json
+from trainer import rundir
+from trainer.atomic import read_json, write_json, write_text
 from trainer.config import ConfigError, to_yaml
 from trainer.faults import EXIT_BUSY
 from trainer.machine import machine_identity, versions
@@ -38,21 +40,22 @@ LOCK_RETRY_S = 1.0
 
 
 def inspect_run_dir(run_dir: Path, cfg) -> str:
-    """What ``run_dir`` holds for ``cfg``: "new", "resume" (same config, unfinished) or
-    "completed" (same config, finished or diverged). Reads only.
+    """What ``run_dir`` holds for ``cfg``: "new", "resume" (same config, unfinished), or the
+    status of the same config's finished run, "completed" or "diverged" (``rundir.FINISHED``).
+    Reads only.
 
     A directory holding a different config is refused: its results must not be mixed.
     """
     run_dir = Path(run_dir)
-    saved = run_dir / "config.yaml"
+    saved = run_dir / rundir.CONFIG
     if not saved.exists():
         return "new"
     if OmegaConf.load(saved) != OmegaConf.create(to_yaml(cfg)):
         raise RunDirError(
             f"{run_dir} holds a run with a different config; rerun with --config {saved} to "
             f"resume it, or choose a new --workdir")
-    status = read_json(run_dir / "summary.json").get("status")
-    return "completed" if status in ("completed", "diverged") else "resume"
+    status = read_json(run_dir / rundir.SUMMARY).get("status")
+    return status if status in rundir.FINISHED else "resume"
 
 
 @contextlib.contextmanager
@@ -65,7 +68,7 @@ def run_lock(run_dir: Path, cfg):
     run_dir = Path(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        lock = open(run_dir / ".lock", "a+")
+        lock = open(run_dir / rundir.LOCK, "a+")
     except OSError as e:
         raise RunDirError(f"cannot write the run directory {run_dir}: {e.strerror}") from None
     with lock:
@@ -75,8 +78,8 @@ def run_lock(run_dir: Path, cfg):
                 raise RunBusyError(f"{run_dir} is being written by another process; wait for it "
                                    f"or choose a new --workdir")
             time.sleep(0.05)
-        if not (run_dir / "config.yaml").exists():
-            write_atomic(run_dir / "config.yaml", to_yaml(cfg))
+        if not (run_dir / rundir.CONFIG).exists():
+            write_text(run_dir / rundir.CONFIG, to_yaml(cfg))
         yield run_dir
 
 
@@ -90,7 +93,7 @@ def _try_lock(lock) -> bool:
 
 def is_locked(run_dir: Path) -> bool:
     """Whether another live process holds ``run_dir``'s lock (reads only; never blocks)."""
-    path = Path(run_dir) / ".lock"
+    path = Path(run_dir) / rundir.LOCK
     try:
         with open(path, "r") as lock:
             if not _try_lock(lock):

@@ -1,0 +1,95 @@
+"""The run directory's layout and the summary.json schema: every name in one place.
+
+::
+
+    RUN_DIR/config.yaml     CONFIG       the fully resolved config (rerunning it reproduces the run)
+    RUN_DIR/meta.json       META         provenance: git sha, packages, machine, data fingerprint
+    RUN_DIR/summary.json    SUMMARY      the result, keys in SUMMARY_SCHEMA below
+    RUN_DIR/train/          TRAIN        TensorBoard event files: training curves
+    RUN_DIR/eval/           EVAL         TensorBoard event files: evaluation curves and probes
+    RUN_DIR/checkpoints/    CHECKPOINTS  tf.train checkpoints for resume (never committed)
+    RUN_DIR/.lock           LOCK         held by the process writing the run
+    RUN_DIR/baselines.json  BASELINES    unigram/bigram losses of the run's data (results/)
+    OUT/reproduce.json      REPRODUCE    the verdict, in a reproduction's directory
+
+No TensorFlow here: the training loop writes these files, ``trainer.results`` reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CONFIG = "config.yaml"
+META = "meta.json"
+SUMMARY = "summary.json"
+TRAIN = "train"
+EVAL = "eval"
+CURVES = (TRAIN, EVAL)  # the event directories, in the order they are read and compared
+CHECKPOINTS = "checkpoints"
+LOCK = ".lock"
+BASELINES = "baselines.json"
+REPRODUCE = "reproduce.json"
+
+FINISHED = ("completed", "diverged")  # summary.json statuses of a run that will not train on
+
+# How ``reproduce`` compares a key of two summaries:
+EXACT = "exact"            # equal, even where a tolerance applies (a status, a step, a count)
+VALUE = "value"            # a number: equal, or within the rerun's tolerance
+PROBES = "probes"          # a {tag: value} dict compared tag by tag, as values
+WALL_CLOCK = "wall clock"  # timing or memory of this process: never reproducible, not compared
+RECORD = "record"          # describes the run (sizes, bookkeeping): not compared
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of summary.json: its name, how ``reproduce`` compares it (``compare``), whether
+    it is a column of a results directory's runs.csv (``column``), and what it holds."""
+
+    name: str
+    compare: str
+    column: bool
+    doc: str
+
+
+SUMMARY_SCHEMA = (
+    Key("status", EXACT, True, "completed | diverged"),
+    Key("steps", EXACT, True, "optimizer steps run (the diverged step for a diverged run)"),
+    Key("diverged_step", EXACT, True, "first step with a non-finite or too large loss; null"),
+    Key("final_eval_loss", VALUE, True, "validation loss at the last step, inference mode"),
+    Key("final_eval_loss_train_mode", VALUE, True, "the same batches with BN in training mode"),
+    Key("final_eval_loss_precise_bn", VALUE, True,
+        "BN runs: inference mode on population statistics (PreciseBN); else null"),
+    Key("final_test_loss", VALUE, True,
+        "test split, once after the last step, inference mode; null when diverged"),
+    Key("final_test_loss_train_mode", VALUE, True,
+        "BN runs: the test split with BN in training mode (batch statistics); else null"),
+    Key("final_test_loss_precise_bn", VALUE, True,
+        "BN runs: the test split on population statistics; else null"),
+    Key("best_eval_loss", VALUE, True, "lowest validation loss over the evaluations"),
+    Key("loss_spikes", EXACT, True, "steps counted as loss spikes (trainer.telemetry.spikes)"),
+    Key("loss_spike_steps", EXACT, False, "those steps (the first 100)"),
+    Key("max_grad_norm", VALUE, True, "largest global gradient norm before clipping"),
+    Key("last_finite", RECORD, False, "step, loss and gradient norm of the last finite step"),
+    Key("probes", PROBES, False, "final probe values, {tag: value}"),
+    Key("tokens_per_sec", WALL_CLOCK, True, "real (unpadded) tokens per second of train steps"),
+    Key("padded_tokens_per_sec", WALL_CLOCK, False, "the same, pads counted"),
+    Key("pad_fraction", RECORD, True, "share of pad tokens in one training epoch"),
+    Key("compile_count", RECORD, False,
+        "programs traced per step (train, eval, eval_train_mode, test) and XLA's "
+        "compiled/loaded split"),
+    Key("num_params", RECORD, False, "parameters of the model"),
+    Key("peak_rss_mb", WALL_CLOCK, False, "peak resident memory of the process"),
+    Key("end_time", WALL_CLOCK, False, "when summary.json was written"),
+    Key("time", WALL_CLOCK, False, "seconds by phase, wall_s and train_share (train/timing.py)"),
+)
+SUMMARY_KEYS = tuple(k.name for k in SUMMARY_SCHEMA)
+
+
+def keys(*compare: str) -> tuple[str, ...]:
+    """Names of the summary keys compared as any of ``compare`` (EXACT, VALUE, ...)."""
+    return tuple(k.name for k in SUMMARY_SCHEMA if k.compare in compare)
+
+
+def columns() -> tuple[str, ...]:
+    """Names of the summary keys that are runs.csv columns, in schema order."""
+    return tuple(k.name for k in SUMMARY_SCHEMA if k.column)
