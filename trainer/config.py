@@ -66,7 +66,7 @@ class DataConfig:
     test_fraction: float = 0.05  # held out when a source has no test split
     max_len: int = 256  # longest training sequence; longer texts are split into windows
     # The fewest lengths (multiples of 8) that keep padding <= 10 % on the embedded corpus;
-    # each one is an XLA compilation, so short runs may prefer fewer (configs/sweeps/quick.yaml).
+    # each one is an XLA compilation, so short runs may prefer fewer (configs/reference.yaml: two).
     buckets: list[int] = field(
         default_factory=lambda: [16, 40, 64, 88, 112, 136, 160, 184, 216, 256])
     tokens_per_batch: int = 4096  # token budget of one batch: batch size = budget // bucket
@@ -98,8 +98,9 @@ class RuntimeConfig:
     mixed_precision: bool = False  # bfloat16 compute on GPU/TPU; norms stay float32
     telemetry: bool = True  # per-block statistics in the train step
     # true: compile the AdamW update once for all bucket shapes, on dense gradients (a third of
-    # the memory per shape); false: forward, backward and a sparse-embedding update in one
-    # program per shape, as results/reference was made. See make_train_step.
+    # the memory per shape; configs/base.yaml and every run in results/reference); false:
+    # forward, backward and a sparse-embedding update in one program per shape, as the earlier
+    # reference runs were made before this key existed. See make_train_step.
     shared_update: bool = False
 
 
