@@ -31,6 +31,7 @@ from trainer.telemetry.probes import ProbeBatch, frozen_state, run_probes
 from trainer.telemetry.spikes import SpikeCounter
 from trainer.telemetry.tensorboard import RunWriters, expand, truncate_events
 from trainer.train import checkpoint
+from trainer.train.optimizer import decay_groups, make_optimizer
 from trainer.train.preempt import stop_requests
 from trainer.train.rundir import collect_meta, inspect_run_dir, read_json, run_lock, write_json
 from trainer.train.timing import Throughput, Timings
@@ -40,30 +41,6 @@ from trainer.train.strategy import make_strategy
 # Keys a variant is described by in the HParams dashboard.
 HPARAM_KEYS = ("model.norm", "model.placement", "model.residual", "model.num_layers", "model.dim",
                "train.lr", "train.warmup_steps", "train.clip_norm", "train.seed", "data.source")
-# Variables no weight decay is applied to: norm gains/biases, gates, biases, embeddings.
-NO_DECAY = ["gamma", "beta", "scale", "alpha", "gate", "bias", "embeddings"]
-
-
-def make_schedule(train_cfg) -> keras.optimizers.schedules.LearningRateSchedule:
-    """Linear warm-up from 0 to ``lr``, then cosine decay to ``lr * min_lr_ratio`` (or constant)."""
-    t = train_cfg
-    alpha = t.min_lr_ratio if t.decay == "cosine" else 1.0
-    if t.warmup_steps:
-        return keras.optimizers.schedules.CosineDecay(
-            0.0, decay_steps=max(t.steps - t.warmup_steps, 1), alpha=alpha,
-            warmup_target=t.lr, warmup_steps=t.warmup_steps)
-    return keras.optimizers.schedules.CosineDecay(t.lr, decay_steps=t.steps, alpha=alpha)
-
-
-def make_optimizer(train_cfg) -> keras.optimizers.Optimizer:
-    """AdamW on the schedule; no decay on norm parameters, gates, biases and embeddings."""
-    opt = keras.optimizers.AdamW(learning_rate=make_schedule(train_cfg),
-                                 weight_decay=train_cfg.weight_decay, beta_1=0.9, beta_2=0.95,
-                                 epsilon=1e-8)
-    opt.exclude_from_weight_decay(var_names=NO_DECAY)
-    return opt
-
-
 def evaluate(eval_step, batches) -> float:
     """Mean token loss over the fixed evaluation batches."""
     total = tokens = 0.0
@@ -246,7 +223,8 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
     manager, start, history = checkpoint.restore(
         checkpoint.make_checkpoint(run.model, run.optimizer, resumable=True), run_dir)
     if start == 0:
-        _write_meta(cfg, run_dir, corpus, stats, strategy, argv)
+        _write_meta(cfg, run_dir, corpus, stats, strategy, argv,
+                    decay_groups(run.model.trainable_variables))
     writers = _open_curves(cfg, run_dir, start, stats)
     evaluator = Evaluator(cfg, run, corpus, writers, timings, history)
     running, speed = RunningValues(history, corpus.vocab_size, t.log_every), Throughput()
@@ -294,11 +272,15 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
     return summary
 
 
-def _write_meta(cfg, run_dir: Path, corpus, stats: dict, strategy, argv) -> None:
+def _write_meta(cfg, run_dir: Path, corpus, stats: dict, strategy, argv, decay: dict) -> None:
+    """meta.json, and the weight-decay groups (``decay_groups``) once on the console."""
+    d, n = decay["decayed"], decay["not_decayed"]
+    print(f"weight decay {cfg.train.weight_decay:g} on {d['tensors']} tensors ({d['params']:,} "
+          f"parameters), none on {n['tensors']} ({n['params']:,})", file=sys.stderr)
     data_info = {"dataset_fingerprint": corpus.fingerprint,
                  "tokenizer_hash": corpus.tokenizer_hash, "data_stats": stats,
                  "devices": [d.name for d in tf.config.list_logical_devices()],
-                 "replicas": strategy.num_replicas_in_sync}
+                 "replicas": strategy.num_replicas_in_sync, "weight_decay": decay}
     write_json(run_dir / "meta.json",
                collect_meta(cfg, argv if argv is not None else sys.argv, data_info))
 
