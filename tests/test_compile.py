@@ -91,3 +91,10 @@ def test_second_epoch_adds_no_compilation(tmp_path):
             run.train_step(batch)
         counts.append(run.train_step.compilations())
     assert counts == [len(shapes) + 1] * 2  # one per bucket shape + the shared update; then none
+
+
+def test_without_xla_nothing_counts_as_compiled_or_loaded(tmp_path):
+    """``runtime.xla=false`` traces plain tf.functions: XLA neither compiles nor loads a program."""
+    summary, dumped = _train(tmp_path, "no-xla", tmp_path / "xla-cache", ["runtime.xla=false"])
+    assert dumped == 0 and _traced(summary) >= 3  # traced per bucket and eval shape, not compiled
+    assert summary["compile_count"]["xla"] == {"compiled": 0, "loaded": 0, "cache": True}

@@ -82,7 +82,7 @@ class TrainConfig:
     warmup_steps: int = 20  # linear warm-up from 0 (0 = none)
     decay: Decay = Decay.cosine  # cosine | constant after warm-up
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
-    weight_decay: float = 0.01  # decoupled weight decay (norm and bias parameters excluded)
+    weight_decay: float = 0.01  # decoupled, on weight matrices only (train/optimizer.py)
     clip_norm: float = 1.0  # global gradient-norm clipping (0 = off)
     seed: int = 0  # seeds parameters, data order and dropout
     eval_every: int = 50  # steps between evaluations (the last step is always evaluated)

@@ -101,6 +101,7 @@ class Run:
     # same loss, so it is reused rather than compiled (and held in memory) again per shape.
     eval_step_train_mode: Step | None
 
+    xla: bool = True  # runtime.xla: without it nothing is XLA-compiled, nor loaded
     # the persistent cache's entries when the steps were made (compile_count tells new ones)
     cache_before: set = field(default_factory=compile_cache.snapshot)
 
@@ -111,7 +112,8 @@ class Run:
                  "eval": self.eval_step.compilations(),
                  "eval_train_mode": self.eval_step_train_mode.compilations()
                  if self.eval_step_train_mode else 0}
-        return {**count, "xla": compile_cache.account(sum(count.values()), self.cache_before)}
+        traced = sum(count.values()) if self.xla else 0
+        return {**count, "xla": compile_cache.account(traced, self.cache_before)}
 
 
 def build_run(cfg, corpus, strategy) -> Run:
@@ -127,7 +129,8 @@ def build_run(cfg, corpus, strategy) -> Run:
                                  telemetry=cfg.runtime.telemetry, xla=xla,
                                  shared_update=cfg.runtime.shared_update, strategy=strategy)
     return Run(model, optimizer, train_step, make_eval_step(model, xla=xla),
-               make_eval_step(model, xla=xla, training=True) if model.mode_dependent else None)
+               make_eval_step(model, xla=xla, training=True) if model.mode_dependent else None,
+               xla=xla)
 
 
 class Evaluator:
