@@ -43,3 +43,38 @@ def tiny_spec(path: Path, grid: str, more: str = "") -> Path:
     root = Path(__file__).resolve().parents[1]
     path.write_text(f"base: {root / 'configs/base.yaml'}\noverrides: {TINY}\ngrid:\n{grid}{more}")
     return path
+
+
+def restore_final_model(run_dir: Path):
+    """(cfg, corpus, model) of a finished run, the model at its last checkpoint: rebuilt here
+    from config.yaml, so tests can recompute what the loop reported from the saved weights."""
+    import tensorflow as tf
+
+    from trainer.config import load_config
+    from trainer.data import prepare
+    from trainer.models import build_model
+    from trainer.train.checkpoint import make_checkpoint
+
+    cfg = load_config(run_dir / "config.yaml")
+    corpus = prepare(cfg.data)
+    model = build_model(cfg.model, corpus.vocab_size, corpus.max_len)
+    latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+    make_checkpoint(model).restore(latest).expect_partial().assert_existing_objects_matched()
+    return cfg, corpus, model
+
+
+def mean_token_loss(model, batches, training: bool = False) -> float:
+    """Mean next-token cross-entropy over the real tokens of ``batches``, in float64 numpy (not
+    the trainer's loss). ``training=True`` uses batch statistics; call it only on models
+    without them, or inside ``frozen_state``, since it would move BN running statistics."""
+    import numpy as np
+
+    total = count = 0.0
+    for b in batches:
+        z = np.asarray(model(b["inputs"], padding_mask=b["mask"], training=training), np.float64)
+        z -= z.max(-1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+        ce = -np.take_along_axis(logp, np.asarray(b["targets"])[..., None], -1)[..., 0]
+        total += float((ce * b["mask"]).sum())
+        count += float(np.sum(b["mask"]))
+    return total / count

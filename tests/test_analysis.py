@@ -68,11 +68,38 @@ def test_analyze_cli_errors_are_one_line(tmp_path):
 def test_grad_profile_writes_one_row_per_init_placement_seed(tmp_path):
     from trainer.analysis.grad_profile import run
 
-    rows = run("configs/base.yaml", TINY, tmp_path, seeds=[0, 1], inits=["normal", "xavier"],
-               batches=1)
+    overrides = [*TINY, "model.num_layers=3"]
+    rows = run("configs/base.yaml", overrides, tmp_path, seeds=[0, 1], inits=["normal", "xavier"],
+               batches=2)
     assert [(r["init"], r["placement"], r["seed"]) for r in rows] == [
         (i, p, s) for i in ("normal", "xavier") for p in ("pre", "post") for s in (0, 1)]
-    assert all(r["last_over_first"] > 0 for r in rows)
+    # One row recomputed here: the FFN output kernels' gradient norms of the mean token loss
+    # (keras' cross-entropy, not the trainer's), per block, averaged over the first 2 batches.
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from trainer.data import prepare
+    from trainer.models import build_model
+
+    cfg = load_config("configs/base.yaml", [*overrides, "model.init=xavier",
+                                            "model.placement=post", "train.seed=1"])
+    corpus = prepare(cfg.data)
+    keras.utils.set_random_seed(1)
+    model = build_model(cfg.model, corpus.vocab_size, corpus.max_len)
+    kernels = [block.ffn.out.kernel for block in model.blocks]
+    norms = np.zeros(3)
+    for step in range(2):
+        b = corpus.train_batch(step, 1)
+        with tf.GradientTape() as tape:
+            logits = model(b["inputs"], padding_mask=b["mask"], training=True)
+            ce = keras.losses.sparse_categorical_crossentropy(b["targets"], logits, from_logits=True)
+            loss = tf.reduce_sum(ce * b["mask"]) / b["mask"].sum()
+        norms += [float(tf.norm(g)) for g in tape.gradient(loss, kernels)] / np.float64(2)
+    row = next(r for r in rows if (r["init"], r["placement"], r["seed"]) == ("xavier", "post", 1))
+    np.testing.assert_allclose([row[f"block_{i}"] for i in range(3)], norms, rtol=1e-4)
+    assert row["last_over_first"] == pytest.approx(norms[2] / norms[0], rel=1e-4)
+    assert len({round(r["last_over_first"], 6) for r in rows}) == len(rows)  # no constant ratio
     assert (tmp_path / "grad_profile.png").is_file() and (tmp_path / "grad_profile.csv").is_file()
 
 

@@ -164,3 +164,10 @@ def test_compiled_programs_live_under_the_data_cache_root(tmp_path, monkeypatch)
         assert not list(compile_cache.store_dir().glob("new.pb"))
     finally:
         compile_cache.close()
+
+
+def test_without_xla_nothing_counts_as_compiled_or_loaded(tmp_path):
+    """``runtime.xla=false`` traces plain tf.functions: XLA neither compiles nor loads a program."""
+    summary, dumped = _train(tmp_path, "no-xla", tmp_path / "xla-cache", ["runtime.xla=false"])
+    assert dumped == 0 and _traced(summary) >= 3  # traced per bucket and eval shape, not compiled
+    assert summary["compile_count"]["xla"] == {"compiled": 0, "loaded": 0, "cache": True}

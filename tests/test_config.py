@@ -104,9 +104,13 @@ def test_every_shipped_config_loads():
 
 
 def test_config_is_read_only():
+    from omegaconf.errors import ReadonlyConfigError
+
     cfg = load_config(None)
-    with pytest.raises(Exception):
+    with pytest.raises(ReadonlyConfigError, match="read-only") as e:
         cfg.model.norm = "batch"
+    assert e.value.full_key == "model.norm"
+    assert cfg.model.norm == "layer"
 
 
 @pytest.mark.parametrize("args,fragment", [

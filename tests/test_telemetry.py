@@ -231,3 +231,68 @@ def test_tensorboard_command_serves_a_results_directory(runs, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "trainer", "tensorboard", str(tmp_path / "nope")],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
+
+
+def test_precise_bn_loss_is_a_recomputation_on_the_final_checkpoint(runs):
+    """summary.json's final_eval_loss_precise_bn for a BN run: the eval loss of the last
+    checkpoint with population statistics over the first PreciseBN training batches, recomputed
+    here (numpy loss); the running-statistics loss is the same checkpoint's inference loss.
+    LN runs have none."""
+    from tests.conftest import mean_token_loss, restore_final_model
+    from trainer.telemetry.precise_bn import BATCHES, population_statistics
+
+    summary = json.loads((runs["batch"] / "summary.json").read_text())
+    precise = summary["final_eval_loss_precise_bn"]
+    assert precise is not None and math.isfinite(precise)
+    cfg, corpus, model = restore_final_model(runs["batch"])
+    batches = corpus.eval_batches("validation", cfg.data.eval_batches)
+    assert summary["final_eval_loss"] == pytest.approx(mean_token_loss(model, batches), rel=1e-5)
+    train_batches = [corpus.train_batch(i, cfg.train.seed) for i in range(BATCHES)]
+    with population_statistics(model, train_batches):
+        assert precise == pytest.approx(mean_token_loss(model, batches), rel=1e-5)
+    assert abs(precise - summary["final_eval_loss"]) > 1e-3  # the statistics really changed
+    for norm in ("layer", "dyt"):
+        assert json.loads((runs[norm] / "summary.json").read_text())[
+            "final_eval_loss_precise_bn"] is None
+
+
+def test_hparams_table_columns_are_the_final_scalars(runs, tmp_path):
+    """TensorBoard's own hparams backend, over the runs and the experiment config a sweep
+    writes: every metric column has a value in every session, and it is the run's final one."""
+    import shutil
+
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.hparams import api_pb2, backend_context, list_session_groups
+
+    from trainer.telemetry.tensorboard import HPARAM_METRICS, write_hparams_config
+    from trainer.train.loop import HPARAM_KEYS
+
+    for norm, run in runs.items():
+        shutil.copytree(run, tmp_path / run.name, ignore=shutil.ignore_patterns("checkpoints"))
+    write_hparams_config(tmp_path, [k.split(".")[-1] for k in HPARAM_KEYS], ("norm",))
+    mux = plugin_event_multiplexer.EventMultiplexer()
+    mux.AddRunsFromDirectory(str(tmp_path))
+    mux.Reload()
+    tb = base_plugin.TBContext(logdir=str(tmp_path), multiplexer=mux,
+                               data_provider=data_provider.MultiplexerDataProvider(mux, str(tmp_path)))
+    request = api_pb2.ListSessionGroupsRequest(start_index=0, slice_size=100,
+                                               allowed_statuses=api_pb2.Status.values())
+    groups = list_session_groups.Handler(context.RequestContext(), backend_context.Context(tb), "",
+                                         request).run().session_groups
+    assert sorted(g.name for g in groups) == sorted(run.name for run in runs.values())
+    for group in groups:
+        (session,) = group.sessions
+        values = {(m.name.group, m.name.tag): m.value for m in session.metric_values}
+        assert sorted(values) == sorted(HPARAM_METRICS), group.name  # no column left empty
+        summary = json.loads((tmp_path / session.name / "summary.json").read_text())
+        train, ev = (read_scalars(tmp_path / session.name / g) for g in ("train", "eval"))
+        for (g, tag), value in values.items():
+            assert value == pytest.approx(({"train": train, "eval": ev}[g])[tag][-1][1], rel=1e-6)
+        assert values[("eval", "loss")] == pytest.approx(summary["final_eval_loss"], rel=1e-6)
+        assert values[("eval", "final/best_eval_loss")] == pytest.approx(summary["best_eval_loss"])
+        assert values[("eval", "final/max_grad_norm")] == pytest.approx(summary["max_grad_norm"])
+        assert values[("eval", "final/diverged_step")] == -1
+        assert values[("eval", "probe/batch_invariance")] == pytest.approx(
+            summary["probes"]["probe/batch_invariance"], rel=1e-6)

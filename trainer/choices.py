@@ -77,7 +77,7 @@ Format = _choice("Format", "auto text json parquet",
 Strategy = _choice("Strategy", "auto default mirrored multi_worker tpu",
                    "runtime.strategy: keys of trainer.train.strategy.STRATEGIES.")
 Decay = _choice("Decay", "cosine constant", "train.decay: the learning rate after warm-up "
-                "(trainer.train.loop.make_schedule).")
+                "(trainer.train.optimizer.make_schedule).")
 
 
 class Residual(Choice):

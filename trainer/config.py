@@ -66,7 +66,7 @@ class DataConfig:
     test_fraction: float = 0.05  # held out when a source has no test split
     max_len: int = 256  # longest training sequence; longer texts are split into windows
     # The fewest lengths (multiples of 8) that keep padding <= 10 % on the embedded corpus;
-    # each one is an XLA compilation, so short runs may prefer fewer (configs/sweeps/quick.yaml).
+    # each one is an XLA compilation, so short runs may prefer fewer (configs/reference.yaml: two).
     buckets: list[int] = field(
         default_factory=lambda: [16, 40, 64, 88, 112, 136, 160, 184, 216, 256])
     tokens_per_batch: int = 4096  # token budget of one batch: batch size = budget // bucket
@@ -82,7 +82,7 @@ class TrainConfig:
     warmup_steps: int = 20  # linear warm-up from 0 (0 = none)
     decay: Decay = Decay.cosine  # cosine | constant after warm-up
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
-    weight_decay: float = 0.01  # decoupled weight decay (norm and bias parameters excluded)
+    weight_decay: float = 0.01  # decoupled, on weight matrices only (train/optimizer.py)
     clip_norm: float = 1.0  # global gradient-norm clipping (0 = off)
     seed: int = 0  # seeds parameters, data order and dropout
     eval_every: int = 50  # steps between evaluations (the last step is always evaluated)
@@ -101,8 +101,9 @@ class RuntimeConfig:
     mixed_precision: bool = False  # bfloat16 compute on GPU/TPU; norms stay float32
     telemetry: bool = True  # per-block statistics in the train step
     # true: compile the AdamW update once for all bucket shapes, on dense gradients (a third of
-    # the memory per shape); false: forward, backward and a sparse-embedding update in one
-    # program per shape, as results/reference was made. See make_train_step.
+    # the memory per shape; configs/base.yaml and every run in results/reference); false:
+    # forward, backward and a sparse-embedding update in one program per shape, as the earlier
+    # reference runs were made before this key existed. See make_train_step.
     shared_update: bool = False
 
 

@@ -1,7 +1,7 @@
 """Byte-level BPE tokenizer (HF ``tokenizers``), trained on the train split and cached as JSON.
 
 Ids 0/1/2 are ``[PAD]``/``[BOS]``/``[EOS]``. No post-processor adds them: ``encode`` of a prompt
-returns only its text tokens, and ``encode_splits`` wraps each training example itself.
+returns only its text tokens, and ``encode_batches`` wraps each training example itself.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ reads its config.yaml, summary.json and TensorBoard curves, and writes (atomical
 
 - ``runs.csv``     one row per run (full precision);
 - ``summary.csv``  one row per *variant*: runs that differ only in ``train.seed`` (run names
-  ``...,seed=N``) are grouped; losses are mean and sample std over the seeds that completed;
-- ``summary.md``   the variant table with compact numbers (``mean ± std``);
+  ``...,seed=N``) are grouped; the final eval loss as mean, sample std, 95 % t-interval
+  half-width, min and max over the seeds that completed, the best eval loss as mean and std;
+- ``summary.md``   the variant table with compact numbers: final eval loss
+  ``mean ± 95 % half-width [min, max]``, best eval loss ``mean ± std``;
 - ``plots/*.png``  see :mod:`trainer.results.plots`;
 - only when the runs vary ``train.lr``: ``lr_sweep.csv``, ``lr_sweep.md`` and
   ``plots/lr_sensitivity.png`` (each variant's best rate and LR sensitivity,
@@ -41,7 +43,7 @@ COLUMNS = ("variant", *CONFIG_COLUMNS,
            "best_eval_loss_std", "eval_loss_train_mode",
            "train_inference_gap", "diverged_steps", "loss_spikes", "max_grad_norm",
            "batch_invariance", "token_cosine_last", "tokens_per_sec", "train_share")
-# Markdown: (header, cell builder) — numbers compact, mean ± std where seeds were grouped.
+# Markdown: (header, cell builder) — numbers compact; grouped seeds as _ci / _pm write them.
 MD_COLUMNS = (
     ("variant", lambda v: v["variant"]), ("norm", lambda v: v["norm"]),
     ("placement", lambda v: v["placement"]), ("residual", lambda v: v["residual"]),
@@ -87,7 +89,7 @@ def run_row(run: Run, baselines: dict | None = None) -> dict:
 
 
 def group_variants(rows: list[dict]) -> list[dict]:
-    """One row per variant: means (and sample std) over its seeds."""
+    """One row per variant: means over its seeds (final eval loss also std, interval, min, max)."""
     groups: dict[str, list[dict]] = {}
     for row in rows:
         groups.setdefault(row["variant"], []).append(row)

@@ -32,6 +32,7 @@ from trainer.telemetry.spikes import SpikeCounter
 from trainer.telemetry.tensorboard import RunWriters, expand, truncate_events
 from trainer.train import checkpoint
 from trainer.train.evaluation import Evaluator
+from trainer.train.optimizer import decay_groups, make_optimizer
 from trainer.train.preempt import stop_requests
 from trainer.train.rundir import collect_meta, inspect_run_dir, read_json, run_lock, write_json
 from trainer.train.timing import Throughput, Timings
@@ -41,28 +42,6 @@ from trainer.train.strategy import make_strategy
 # Keys a variant is described by in the HParams dashboard.
 HPARAM_KEYS = ("model.norm", "model.placement", "model.residual", "model.num_layers", "model.dim",
                "train.lr", "train.warmup_steps", "train.clip_norm", "train.seed", "data.source")
-# Variables no weight decay is applied to: norm gains/biases, gates, biases, embeddings.
-NO_DECAY = ["gamma", "beta", "scale", "alpha", "gate", "bias", "embeddings"]
-
-
-def make_schedule(train_cfg) -> keras.optimizers.schedules.LearningRateSchedule:
-    """Linear warm-up from 0 to ``lr``, then cosine decay to ``lr * min_lr_ratio`` (or constant)."""
-    t = train_cfg
-    alpha = t.min_lr_ratio if t.decay == "cosine" else 1.0
-    if t.warmup_steps:
-        return keras.optimizers.schedules.CosineDecay(
-            0.0, decay_steps=max(t.steps - t.warmup_steps, 1), alpha=alpha,
-            warmup_target=t.lr, warmup_steps=t.warmup_steps)
-    return keras.optimizers.schedules.CosineDecay(t.lr, decay_steps=t.steps, alpha=alpha)
-
-
-def make_optimizer(train_cfg) -> keras.optimizers.Optimizer:
-    """AdamW on the schedule; no decay on norm parameters, gates, biases and embeddings."""
-    opt = keras.optimizers.AdamW(learning_rate=make_schedule(train_cfg),
-                                 weight_decay=train_cfg.weight_decay, beta_1=0.9, beta_2=0.95,
-                                 epsilon=1e-8)
-    opt.exclude_from_weight_decay(var_names=NO_DECAY)
-    return opt
 
 
 def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bool = True) -> dict:
@@ -109,6 +88,7 @@ class Compiled:
     # same loss, so it is reused rather than compiled (and held in memory) again per shape.
     eval_step_train_mode: Step | None
 
+    xla: bool = True  # runtime.xla: without it nothing is XLA-compiled, nor loaded
     # the persistent cache's entries when the steps were made (compile_count tells new ones)
     cache_before: set = field(default_factory=compile_cache.snapshot)
     # eval programs first traced for the test split (shapes validation lacks; Evaluator.final)
@@ -123,7 +103,8 @@ class Compiled:
                  "eval_train_mode": self.eval_step_train_mode.compilations()
                  if self.eval_step_train_mode else 0,
                  "test": self.test_compilations}
-        return {**count, "xla": compile_cache.account(sum(count.values()), self.cache_before)}
+        traced = sum(count.values()) if self.xla else 0
+        return {**count, "xla": compile_cache.account(traced, self.cache_before)}
 
 
 def build_run(cfg, corpus, strategy) -> Compiled:
@@ -139,7 +120,8 @@ def build_run(cfg, corpus, strategy) -> Compiled:
                                  telemetry=cfg.runtime.telemetry, xla=xla,
                                  shared_update=cfg.runtime.shared_update, strategy=strategy)
     return Compiled(model, optimizer, train_step, make_eval_step(model, xla=xla),
-               make_eval_step(model, xla=xla, training=True) if model.mode_dependent else None)
+                    make_eval_step(model, xla=xla, training=True) if model.mode_dependent else None,
+                    xla=xla)
 
 
 class RunningValues:
@@ -188,7 +170,8 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
     manager, start, history = checkpoint.resume(
         checkpoint.make_checkpoint(run.model, run.optimizer, resumable=True), run_dir)
     if start == 0:
-        _write_meta(cfg, run_dir, corpus, stats, strategy, argv)
+        _write_meta(cfg, run_dir, corpus, stats, strategy, argv,
+                    decay_groups(run.model.trainable_variables))
     writers = _open_curves(cfg, run_dir, start, stats)
     evaluator = Evaluator(cfg, run, corpus, writers, timings, history)
     running, speed = RunningValues(history, corpus.vocab_size, t.log_every), Throughput()
@@ -237,11 +220,15 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
     return summary
 
 
-def _write_meta(cfg, run_dir: Path, corpus, stats: dict, strategy, argv) -> None:
+def _write_meta(cfg, run_dir: Path, corpus, stats: dict, strategy, argv, decay: dict) -> None:
+    """meta.json, and the weight-decay groups (``decay_groups``) once on the console."""
+    d, n = decay["decayed"], decay["not_decayed"]
+    print(f"weight decay {cfg.train.weight_decay:g} on {d['tensors']} tensors ({d['params']:,} "
+          f"parameters), none on {n['tensors']} ({n['params']:,})", file=sys.stderr)
     data_info = {"dataset_fingerprint": corpus.fingerprint,
                  "tokenizer_hash": corpus.tokenizer_hash, "data_stats": stats,
                  "devices": [d.name for d in tf.config.list_logical_devices()],
-                 "replicas": strategy.num_replicas_in_sync}
+                 "replicas": strategy.num_replicas_in_sync, "weight_decay": decay}
     write_json(run_dir / META,
                collect_meta(cfg, argv if argv is not None else sys.argv, data_info))
 
