@@ -24,7 +24,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 BASE = {"model": {"norm": "layer", "placement": "pre", "residual": "true", "num_layers": 3},
-        "train": {"lr": 0.002, "warmup_steps": 20, "seed": 0, "steps": 40}}
+        "train": {"lr": 0.002, "warmup_steps": 20, "seed": 0, "steps": 40},
+        "data": {"vocab_size": 1024}}  # real configs always have it (the spike rule reads it)
 # name -> grid axes ({dotted key: values}); 6 = 3x2, 24 = 6x2x2 (the reference grid), 60 = 5x3x2x2;
 # 8 = the reference lr slice (2 norms: a narrow, two-panel figure).
 SWEEPS = {
