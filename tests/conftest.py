@@ -71,10 +71,18 @@ def mean_token_loss(model, batches, training: bool = False) -> float:
 
     total = count = 0.0
     for b in batches:
-        z = np.asarray(model(b["inputs"], padding_mask=b["mask"], training=training), np.float64)
-        z -= z.max(-1, keepdims=True)
-        logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
-        ce = -np.take_along_axis(logp, np.asarray(b["targets"])[..., None], -1)[..., 0]
-        total += float((ce * b["mask"]).sum())
+        logits = np.asarray(model(b["inputs"], padding_mask=b["mask"], training=training))
+        ce = token_cross_entropy(logits, b["targets"])
+        total += float(np.where(b["mask"] > 0, ce, 0.0).sum())
         count += float(np.sum(b["mask"]))
     return total / count
+
+
+def token_cross_entropy(logits, targets):
+    """-log softmax(logits)[target] per position, in float64 numpy."""
+    import numpy as np
+
+    z = np.asarray(logits, np.float64)
+    z = z - z.max(-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    return -np.take_along_axis(logp, np.asarray(targets)[..., None], -1)[..., 0]

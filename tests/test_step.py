@@ -11,7 +11,7 @@ import keras  # noqa: E402
 
 from trainer.config import load_config  # noqa: E402
 from trainer.models import CausalLM, model_config  # noqa: E402
-from trainer.train.loop import make_optimizer  # noqa: E402
+from trainer.train.optimizer import make_optimizer  # noqa: E402
 from trainer.train.step import make_train_step  # noqa: E402
 
 VOCAB, MAX_LEN = 64, 16

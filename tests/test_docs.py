@@ -1,0 +1,77 @@
+"""The README stays true to the files it quotes and to the config schema it documents."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import MISSING, fields, is_dataclass
+from enum import Enum
+from pathlib import Path
+from typing import get_type_hints
+
+import pytest
+import yaml
+
+from trainer.config import ExperimentConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _quoted_files() -> list[tuple[str, str]]:
+    """(path, body) of every README code block whose first line is ``# <a file of the repo>``."""
+    out = []
+    for block in re.findall(r"^```[a-z]*\n(.*?)^```$", README, flags=re.S | re.M):
+        first, _, body = block.partition("\n")
+        name = first.removeprefix("# ").strip()
+        if first.startswith("# ") and (ROOT / name).is_file():
+            out.append((name, body))
+    return out
+
+
+def test_readme_blocks_that_quote_a_file_equal_it():
+    quoted = _quoted_files()
+    assert "configs/sweeps/quick.yaml" in dict(quoted)  # the sweep section shows the spec
+    for name, body in quoted:
+        assert body == (ROOT / name).read_text(encoding="utf-8"), name
+
+
+def _schema_defaults(cls=ExperimentConfig, prefix: str = "") -> dict:
+    out = {}
+    hints = get_type_hints(cls)
+    for f in fields(cls):
+        if is_dataclass(hints[f.name]):
+            out.update(_schema_defaults(hints[f.name], f"{prefix}{f.name}."))
+        else:
+            value = f.default_factory() if f.default is MISSING else f.default
+            out[prefix + f.name] = value
+    return out
+
+
+def _documented_defaults() -> dict:
+    """``key -> default`` from the README's "Config keys" table (one key per row)."""
+    section = README.split("\n## Config keys\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    out = {}
+    for row in rows:
+        key, default = (cell.strip().strip("`") for cell in row.split("|")[1:3])
+        value = yaml.safe_load(default)
+        if isinstance(value, str):  # YAML 1.1 reads 1e-5 as a string; the schema as a float
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        out[key] = value
+    return out
+
+
+def test_config_table_documents_every_key_with_its_schema_default():
+    documented, schema = _documented_defaults(), _schema_defaults()
+    assert sorted(documented) == sorted(schema)  # every key in the table, no key that is not
+    for key, value in schema.items():
+        doc = documented[key]
+        if isinstance(value, Enum):  # a Choice: YAML reads `true` as a bool, the schema a name
+            assert str(doc).lower() == value.value, key
+        elif isinstance(value, float):
+            assert isinstance(doc, float) and doc == pytest.approx(value, rel=1e-12), key
+        else:
+            assert doc == value and type(doc) is type(value), key
