@@ -21,8 +21,9 @@ VERDICTS = {"yes": "yes", "partly": "**partly**", "no": "**no**",
             "inconclusive": "**inconclusive**", "checks only": "checks only",
             "not run": "not run yet"}
 # The pre-registration: the commit that fixed the design, the rules and every threshold before
-# any run of this reference (results/PREREGISTRATION.md). Runs made before it are not read.
+# any run of this reference (results/PREREGISTRATION.md); every run here was made after it.
 PREREGISTRATION = "results/PREREGISTRATION.md"
+PREREGISTRATION_COMMIT = "6702ad59bcfa5f981ffd6642c524151399062109"
 
 
 def all_claims() -> tuple:
@@ -90,10 +91,12 @@ def _run_baselines(ref, run) -> dict | None:
 
 def _provenance(ref) -> list[str]:
     """Each sub-sweep's runs and the commit(s) they were made from (one clean commit each)."""
-    lines = ["| sub-sweep | runs | made from commit |", "|---|---|---|"]
+    lines = [f"Pre-registered in commit `{PREREGISTRATION_COMMIT[:12]}` ({PREREGISTRATION}): the "
+             "design, the rules, every threshold and the inconclusive conditions, before any run "
+             "below.", "", "| sub-sweep | runs | made from commit |", "|---|---|---|"]
     for group, runs in sorted(ref.groups.items()):
         lines.append(f"| `{group}` | {len(runs)} | {', '.join(f'`{s[:12]}`' for s in ref.git_shas(group))} |")
-    return lines if ref.groups else ["No reference runs yet."]
+    return lines if ref.groups else lines[:2] + ["No reference runs yet."]
 
 
 def _plateau(ref) -> list[str]:
