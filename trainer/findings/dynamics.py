@@ -39,7 +39,7 @@ def f5(ref: Reference) -> Finding:
                     rate grid (mean over rates of min(final, init loss) − best loss, validation)""",
                 f"""no-norm growth not above {GROWTH_FACTOR}× LN's, or no-norm's LR sensitivity
                     not above Pre-LN's by {SENSITIVITY_MARGIN} nats""",
-                plot=f"{GROUP}/plots/token_std_by_depth.png")
+                plot=f"{GROUP}/plots/f5_token_std.png")
     last = ref.num_layers(GROUP) - 1
 
     def growth(run):
