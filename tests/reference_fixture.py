@@ -160,8 +160,10 @@ def write_best(root: Path, change, best: dict, seeds) -> None:
             if v["precise"] is not None:
                 summary["final_test_loss_precise_bn"] = v["precise"] + j
             tag = f"probe/rank1_residual/block_{LAYERS - 1}"
-            train = {STEPS - 1: {"activation/block_0/token_std": 1.0,
-                                 f"activation/block_{LAYERS - 1}/token_std": v["growth"]}}
+            # every block's std, growing geometrically to ``growth`` (seeds offset, same ratio)
+            train = {STEPS - 1: {f"activation/block_{i}/token_std":
+                                 (1 + 0.02 * seed) * v["growth"] ** (i / (LAYERS - 1))
+                                 for i in range(LAYERS)}}
             write_run(root / "best" / _name(parts, seed),
                       [*overrides, f"train.lr={best[variant]}", f"train.seed={seed}"], summary,
                       train, {0: {tag: v["rank1"][0]}, STEPS: {tag: v["rank1"][1]}})

@@ -84,11 +84,17 @@ def analyse(run_dir: Path, k: int, corpora: dict) -> list[dict]:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    """Shift per condition, one colour per norm, seeds as points, the threshold dotted."""
+    """``figure(rows)`` saved to ``path``."""
+    save_figure(figure(rows), path)
+
+
+def figure(rows: list[dict]):
+    """Shift per condition, one colour per norm, seeds as points, the threshold dotted, the
+    shift axis from 0."""
     from trainer.results.palette import NORM_COLORS
 
     norms = list(dict.fromkeys(r["norm"] for r in rows))
-    fig, ax = subplots(figsize=(7.5, 4.2), constrained_layout=True)
+    fig, ax = subplots(figsize=(9, 4.2), constrained_layout=True)
     labels = []
     for i, condition in enumerate(CONDITIONS):
         mine = [r for r in rows if r["condition"] == condition]
@@ -98,16 +104,18 @@ def plot(rows: list[dict], path: Path) -> None:
             ys = [r["shift"] for r in mine if r["norm"] == norm]
             x = i + (j - (len(norms) - 1) / 2) * 0.25
             ax.scatter([x] * len(ys), ys, color=NORM_COLORS.get(norm, "k"), alpha=0.8,
-                       label=norm if i == 0 else None)
+                       label=norm if i == 0 else None, clip_on=False)  # masked BN sits at 0
             if ys:
                 ax.hlines(np.mean(ys), x - 0.1, x + 0.1, color=NORM_COLORS.get(norm, "k"), lw=2)
-    ax.axhline(POLLUTION_MIN, color="0.4", ls=":", lw=1)
+    ax.axhline(POLLUTION_MIN, color="0.4", ls=":", lw=1,
+               label=f"POLLUTION_MIN = {POLLUTION_MIN:g}: F9's\nthreshold (batch, pad_to_max)")
+    ax.set_ylim(bottom=0)  # from 0: the shift's size is what F9 judges
     ax.set_xticks(range(len(CONDITIONS)), labels)
     ax.set_ylabel("|mean(all) − mean(real)| / std(real) at BN inputs")
     ax.set_title("F9: pads' pull on naive BN statistics, the training stream batched 3 ways",
                  loc="left")
-    ax.legend(frameon=False)
-    save_figure(fig, path)
+    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    return fig
 
 
 def run(run_dirs: list[Path], out: Path, k: int) -> list[dict]:

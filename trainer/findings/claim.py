@@ -8,7 +8,7 @@ them all and ``page`` renders them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 from trainer.results.metrics import interval
 
@@ -46,17 +46,19 @@ class Finding:
     claim: str
     metric: str
     falsifier: str  # the result that would have shown the claim false
-    plot: str | None = None  # relative to the reference root
+    plot: InitVar[str | None] = None  # one figure: shorthand for ``plots=(plot,)``
+    plots: tuple[str, ...] = ()  # figures, relative to the reference root, in page order
     parts: list[Part] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)  # measured values, one markdown line each
     missing: list[str] = field(default_factory=list)
     used: dict = field(default_factory=dict)  # group -> runs read (for the setting line)
     files: list[str] = field(default_factory=list)  # analysis files read (the same)
 
-    def __post_init__(self):
+    def __post_init__(self, plot):
         # The texts are written as wrapped triple-quoted strings: one space between words.
         self.claim, self.metric, self.falsifier = (" ".join(t.split()) for t in
                                                    (self.claim, self.metric, self.falsifier))
+        self.plots = ((plot,) if plot else ()) + tuple(self.plots)
 
     def evidence(self, text: str, shown: bool | None, why: str = "") -> None:
         """A part that counts: ``shown`` None (with ``why``) when it cannot be judged."""

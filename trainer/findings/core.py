@@ -108,7 +108,7 @@ def f2(ref: Reference) -> Finding:
                     (PreciseBN); LN: training- minus inference-mode loss of the same 64 test
                     sequences at B = 64 (`analyze batch-size`)""",
                 f"""BN's population-statistics gap < {GAP_MIN} nats; LN with |gap| > {GAP_ZERO:g}
-                    is a failed control""", plot=f"{GROUP}/plots/invariance_and_gap.png")
+                    is a failed control""", plot=f"{GROUP}/plots/f2_test_gap.png")
     rows = ref.analysis(f, "analysis/batch_size.csv")
     want = dict(warmup_steps=50, **BASE)
     ema = {n: ref.per_seed(f, GROUP, final_test_gap, norm=n, **want) for n in BN_NORMS}
@@ -148,7 +148,7 @@ def f3(ref: Reference) -> Finding:
                 """final test loss (inference, population statistics) of naive `batch` vs
                     `masked_batch`, Pre-LN + residual, each at its own best rate""",
                 f"""`batch` not worse than `masked_batch` by {LOSS_MARGIN} nats on every seed with
-                    separate intervals""", plot=f"{GROUP}/plots/loss.png")
+                    separate intervals""", plot=f"{GROUP}/plots/f3_precise_bn.png")
     loss = {n: ref.per_seed(f, GROUP, final_test_loss_precise_bn, seeds=HEADLINE_SEEDS, norm=n,
                             warmup_steps=50, **BASE) for n in BN_NORMS}
     if f.missing:

@@ -39,7 +39,7 @@ def f5(ref: Reference) -> Finding:
                     rate grid (mean over rates of min(final, init loss) − best loss, validation)""",
                 f"""no-norm growth not above {GROWTH_FACTOR}× LN's, or no-norm's LR sensitivity
                     not above Pre-LN's by {SENSITIVITY_MARGIN} nats""",
-                plot=f"{GROUP}/plots/token_std_by_depth.png")
+                plot=f"{GROUP}/plots/f5_token_std.png")
     last = ref.num_layers(GROUP) - 1
 
     def growth(run):
@@ -94,7 +94,7 @@ def f6(ref: Reference) -> Finding:
                 f"""Post-LN without warm-up neither worse by {WARMUP_MARGIN} nats nor trainable at
                     fewer rates; Pre-LN without warm-up worse or trainable at fewer rates; or
                     Post-LN's init ratio not above {PROFILE_GROWTH} (Pre-LN's not below)""",
-                plot="lr/plots/lr_sensitivity.png")
+                plots=("lr/plots/lr_sensitivity.png", "init/grad_profile.png"))
     want = dict(norm="layer", residual="true")
     loss = {(p, w): ref.per_seed(f, GROUP, final_test_loss, seeds=HEADLINE_SEEDS, placement=p,
                                  warmup_steps=w, **want) for p in ("pre", "post") for w in (WARM, COLD)}

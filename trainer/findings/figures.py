@@ -4,24 +4,38 @@
   mid-training and the end, LayerNorm Pre-LN with and without residual, seeds faint around the
   mean. Read left to right for depth, light to dark for training: collapse present at init
   (before any learning) is not an effect of failing to train.
-- ``loss_by_depth.png`` (F11): final test loss at 2, 6 and 12 blocks per variant.
+- ``loss_by_depth.png`` (F11): final test loss at 2, 6 (from ``best``) and 12 blocks per
+  variant; a mean over fewer seeds than the other points is marked (hollow, faint segments).
 - ``ln_numbers.png`` (F13): the two example vectors before and after LayerNorm.
 - ``saturation.png`` (F14): final test loss, and DyT saturation at step 0 (hollow) and at the
   end (filled), vs initial α, seeds as points, mean as line, with the baselines and
   ``SATURATED_MIN`` drawn in.
+- F2, F3, F5 (the claims judged on ``best``): ``figures_best``.
+
+Each function draws one figure from the reference and returns it, or None when the runs it
+draws are missing; ``write_claim_figures`` saves them (``FIGURES``: path -> function).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from trainer.atomic import save_figure, subplots
+from trainer.findings import figures_best
 from trainer.findings.core import GROUP
+from trainer.findings.figures_best import baseline_lines, figure
 from trainer.findings.thresholds import SATURATED_MIN
-from trainer.results.palette import NORM_COLORS
+from trainer.results.palette import NORM_COLORS, shades
+from trainer.results.plots import DPI
 
 WHEN = (("first", "step 0", ":"), ("mid", "mid-training", "--"), ("last", "final", "-"))
 RESIDUAL_COLORS = {"true": NORM_COLORS["layer"], "false": "#7f7f7f"}
+# F11's variants (depth.VARIANTS order): the three LayerNorm stacks in shades of LN's colour, told
+# apart by line style and marker too; no norm in its own grey.
+_LN = shades(NORM_COLORS["layer"], 3)
+DEPTH_LOOKS = ((NORM_COLORS["layer"], "-", "o"), (_LN[2], "--", "s"), (NORM_COLORS["none"], "-", "D"),
+               (_LN[0], "-.", "^"))
 
 
 def _at(run, tag: str, which: str):
@@ -31,7 +45,7 @@ def _at(run, tag: str, which: str):
     return {"first": curve[0], "mid": curve[len(curve) // 2], "last": curve[-1]}[which][1]
 
 
-def collapse_by_depth(ref, path: Path) -> Path | None:
+def collapse_by_depth(ref):
     """F4's figure from the best-rate LayerNorm Pre-LN runs; None when they are not there."""
     runs = {r: [x for x in ref.groups.get(GROUP, [])
                 if x.cfg.model.norm == "layer" and x.cfg.model.placement == "pre"
@@ -62,48 +76,61 @@ def collapse_by_depth(ref, path: Path) -> Path | None:
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("F4: token identity through depth (LayerNorm, Pre-LN)", loc="left")
     ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    save_figure(fig, path)
-    return path
+    return fig
 
 
-def loss_by_depth(ref, path: Path) -> Path | None:
+def loss_by_depth(ref):
     """F11's figure: final test loss vs number of blocks per variant, seeds as dots, mean line
-    (a diverged seed is drawn as a cross at the top); None without the depth sub-sweeps."""
+    (a diverged seed is drawn as a cross at the top); a mean over fewer seeds than the figure's
+    other points is hollow and its segments faint; the 6-block points come from ``best``. None
+    without the depth sub-sweeps."""
     from trainer.findings.depth import VARIANTS, depths, losses
 
-    ds = sorted({*depths(ref), ref.num_layers(GROUP)})
+    six = ref.num_layers(GROUP)
+    ds = sorted({*depths(ref), six})
     if len(ds) < 2:
         return None
-    fig, ax = subplots(figsize=(7.5, 4.2), constrained_layout=True)
-    top = max((v for name, want in VARIANTS for d in ds
-               for v in losses(ref, None, want, d, quiet=True).values()
-               if v is not None and v != float("inf")), default=4.0) + 0.2
-    for (name, want), color in zip(VARIANTS, ("#1f77b4", "#ff7f0e", "#7f7f7f", "#2ca02c")):
-        means = []
+    at = {(name, d): [v for v in losses(ref, None, want, d, quiet=True).values() if v is not None]
+          for name, want in VARIANTS for d in ds}
+    ds = [d for d in ds if any(at[(name, d)] for name, _ in VARIANTS)]  # e.g. no `best` yet
+    if len(ds) < 2:
+        return None
+    full = max(len(vals) for vals in at.values())
+    top = max((v for vals in at.values() for v in vals if math.isfinite(v)), default=4.0) + 0.2
+    fig, ax = figure()
+    for (name, _), (color, style, marker) in zip(VARIANTS, DEPTH_LOOKS):
         for d in ds:
-            vals = [v for v in losses(ref, None, want, d, quiet=True).values() if v is not None]
-            finite = [v for v in vals if v != float("inf")]
+            finite = [v for v in at[(name, d)] if math.isfinite(v)]
             ax.scatter([d] * len(finite), finite, color=color, alpha=0.35, s=14)
-            ax.scatter([d] * (len(vals) - len(finite)), [top] * (len(vals) - len(finite)),
-                       color=color, marker="x")
-            means.append(sum(vals) / len(vals) if vals and len(finite) == len(vals) else None)
-        xs = [d for d, m in zip(ds, means) if m is not None]
-        ax.plot(xs, [m for m in means if m is not None], "-o", color=color, lw=2, label=name)
-    base = ref.baselines("depth")
-    if base:
-        for key, style in (("unigram", ":"), ("bigram", "--")):
-            ax.axhline(base[key], color="k", ls=style, lw=1, label=f"{key} baseline")
+            ax.scatter([d] * (len(at[(name, d)]) - len(finite)),
+                       [top] * (len(at[(name, d)]) - len(finite)), color=color, marker="x")
+        counts = [len(at[(name, d)]) for d in ds]
+        means = [(d, sum(at[(name, d)]) / n, n) for d, n in zip(ds, counts)
+                 if n and all(math.isfinite(v) for v in at[(name, d)])]
+        for (d0, m0, n0), (d1, m1, n1) in zip(means, means[1:]):
+            few = min(n0, n1) < full  # a segment to a point of fewer seeds: faint, not silent
+            ax.plot([d0, d1], [m0, m1], style, color=color, lw=1 if few else 2,
+                    alpha=0.4 if few else 1)
+        for d, m, n in means:
+            ax.plot([d], [m], marker, color=color, ms=7, mew=1.5, zorder=4 if n < full else 3,
+                    mfc="white" if n < full else color)
+        seeds = "" if len(set(counts)) == 1 else " (seeds " + ", ".join(map(str, counts)) + ")"
+        ax.plot([], [], style, marker=marker, color=color, lw=2, label=name + seeds)
+    if any(len(vals) < full for vals in at.values()):
+        ax.plot([], [], "o", color="0.4", mfc="white",
+                label=f"hollow, faint line: mean of\nfewer than {full} seeds")
+    baseline_lines(ax, ref.baselines("depth"))
     ax.set_xscale("log", base=2)
-    ax.set_xticks(ds, [str(d) for d in ds])
-    ax.set_xlabel("blocks")
+    ax.set_xticks(ds, [f"{d}\n(best)" if d == six else str(d) for d in ds])
+    ax.minorticks_off()
+    ax.set_xlabel(f"blocks ({six}: sub-sweep best; others: depth)")
     ax.set_ylabel("final test loss (nats)")
     ax.set_title("F11: test loss vs depth, each at its best rate (× = diverged)", loc="left")
     ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    save_figure(fig, path)
-    return path
+    return fig
 
 
-def saturation_by_alpha(ref, path: Path) -> Path | None:
+def saturation_by_alpha(ref):
     """F14's figure from the ``dyt`` sub-sweep (× = diverged); None when it is not there."""
     from trainer.findings.stream import dyt_saturation
     from trainer.results.metrics import final_test_loss
@@ -136,10 +163,7 @@ def saturation_by_alpha(ref, path: Path) -> Path | None:
         ax.set_xscale("log")
         ax.set_xticks(alphas, [f"{a:g}" for a in alphas])
         ax.set_xlabel("initial α (model.dyt_alpha)")
-    base = ref.baselines("dyt")
-    if base:
-        for key, style in (("unigram", ":"), ("bigram", "--")):
-            axes[0].axhline(base[key], color="k", ls=style, lw=1, label=f"{key} baseline")
+    baseline_lines(axes[0], ref.baselines("dyt"))
     axes[1].axhline(SATURATED_MIN, color="k", ls="--", lw=1, label=f"saturated (≥ {SATURATED_MIN:g})")
     axes[0].set_ylabel("final test loss (nats)")
     axes[1].set_ylabel("final saturation (max over blocks)")
@@ -148,11 +172,10 @@ def saturation_by_alpha(ref, path: Path) -> Path | None:
     axes[1].set_title("share of |α·x| in tanh's flat tails", loc="left")
     for ax in axes:
         ax.legend(frameon=False)
-    save_figure(fig, path)
-    return path
+    return fig
 
 
-def ln_numbers(path: Path) -> Path:
+def ln_numbers():
     """F13's figure: each example vector before and after the lab's LayerNorm."""
     import numpy as np
 
@@ -169,13 +192,25 @@ def ln_numbers(path: Path) -> Path:
         ax.set_xticks(idx, [f"feature {i}" for i in idx])
         ax.set_title(f"{name}: std {np.std(x):.3g} → {np.std(y):.3g}", loc="left")
         ax.legend(frameon=False)
-    save_figure(fig, path)
-    return path
+    return fig
+
+
+# Each claim figure: its path under the reference root (what the claim's ``plot``/``plots``
+# names) -> the function drawing it from the reference (None: its runs are missing).
+FIGURES = {f"{GROUP}/plots/collapse_by_depth.png": collapse_by_depth,
+           "depth/plots/loss_by_depth.png": loss_by_depth,
+           "dyt/plots/saturation.png": saturation_by_alpha,
+           "analysis/ln_numbers.png": lambda ref: ln_numbers() if ref.runs else None,
+           **figures_best.FIGURES}
 
 
 def write_claim_figures(ref) -> list[Path]:
-    out = [collapse_by_depth(ref, ref.root / GROUP / "plots" / "collapse_by_depth.png"),
-           loss_by_depth(ref, ref.root / "depth" / "plots" / "loss_by_depth.png"),
-           saturation_by_alpha(ref, ref.root / "dyt" / "plots" / "saturation.png"),
-           ln_numbers(ref.root / "analysis" / "ln_numbers.png") if ref.runs else None]
-    return [p for p in out if p is not None]
+    """Every claim figure whose runs are there, written under the reference root; a figure
+    whose runs are missing is not written (the page links only figures that exist)."""
+    out = []
+    for relpath, draw in FIGURES.items():
+        fig = draw(ref)
+        if fig is not None:
+            save_figure(fig, ref.root / relpath, dpi=DPI)
+            out.append(ref.root / relpath)
+    return out

@@ -1,5 +1,5 @@
 """results/README.md: the setting, the learning-rate table, one section per claim with its
-setting, numbers, parts (evidence and controls), verdict, falsifier and figure, the runs that
+setting, numbers, parts (evidence and controls), verdict, falsifier and figures, the runs that
 never left the unigram plateau, and the provenance of every sub-sweep.
 
     python -m trainer findings results/reference     # or python -m trainer.findings.page
@@ -164,8 +164,8 @@ def render_page(ref, findings) -> str:
             lines += [f"- {line}" for line in f.lines]
             lines += [""] + [_part(p) for p in f.parts]
         lines += ["", f"Verdict: {VERDICTS[f.verdict]}. Falsified by: {f.falsifier}."]
-        if f.plot and (ref.root / f.plot).is_file():
-            lines += ["", f"![{f.id}]({name}/{f.plot})"]
+        lines += [x for plot in f.plots if (ref.root / plot).is_file()
+                  for x in ("", f"![{f.id}]({name}/{plot})")]
     lines += ["", "## Runs at the plateau", "", *_plateau(ref),
               "", "## Provenance", "", *_provenance(ref)]
     return "\n".join(lines) + "\n"
