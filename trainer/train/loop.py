@@ -224,7 +224,7 @@ def _write_meta(cfg, run_dir: Path, corpus, stats: dict, strategy, argv, decay: 
     """meta.json, and the weight-decay groups (``decay_groups``) once on the console."""
     d, n = decay["decayed"], decay["not_decayed"]
     print(f"weight decay {cfg.train.weight_decay:g} on {d['tensors']} tensors ({d['params']:,} "
-          f"parameters), none on {n['tensors']} ({n['params']:,})", file=sys.stderr)
+          f"parameters), none on {n['tensors']} ({n['params']:,})")
     data_info = {"dataset_fingerprint": corpus.fingerprint,
                  "tokenizer_hash": corpus.tokenizer_hash, "data_stats": stats,
                  "devices": [d.name for d in tf.config.list_logical_devices()],
