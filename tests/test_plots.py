@@ -284,7 +284,8 @@ def test_committed_reference_slice_reads_cleanly():
 
     from trainer.results.run import load_runs, variant_name
 
-    root = Path(__file__).resolve().parents[1] / "results" / "reference" / "lr_slice"
+    root = (Path(__file__).resolve().parents[1] / "results" / "archive" / "reference-2026-11-lr6e-3"
+            / "lr_slice")
     if not root.is_dir():
         pytest.skip("no committed reference results")
     runs = load_runs(root)

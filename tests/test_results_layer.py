@@ -14,7 +14,8 @@ from trainer.results.run import Run, load_runs
 from trainer.results.summarize import summarize
 
 REPO = Path(__file__).resolve().parents[1]
-REFERENCE = REPO / "results" / "reference"
+# The archived reference: committed runs made by older code, which must stay readable.
+REFERENCE = REPO / "results" / "archive" / "reference-2026-11-lr6e-3"
 
 
 def _one_reference_run() -> Path:
@@ -64,15 +65,17 @@ def test_mean_std_is_the_sample_statistic():
     assert m == 2.0 and s == pytest.approx(2 ** 0.5)
 
 
-@pytest.mark.parametrize("group", ["dyt", "lr_slice"])
+@pytest.mark.parametrize("group", ["lr", "best"])
 def test_summarize_regenerates_the_committed_tables(group, tmp_path):
-    """The committed runs.csv/summary.csv/summary.md of a reference group are exactly what
-    summarize writes from its runs today (a copy: the committed files are never touched)."""
-    if not (REFERENCE / group / "runs.csv").is_file():
+    """The committed runs.csv/summary.csv/summary.md of a current reference group are exactly
+    what summarize writes from its runs today (a copy: the committed files are never touched).
+    The archived reference's tables are a record of the code that wrote them, not checked."""
+    current = REPO / "results" / "reference"
+    if not (current / group / "runs.csv").is_file():
         pytest.skip("no committed reference results")
     copy = tmp_path / group
-    shutil.copytree(REFERENCE / group, copy, ignore=shutil.ignore_patterns("plots"))
+    shutil.copytree(current / group, copy, ignore=shutil.ignore_patterns("plots"))
     summarize(copy, plots=False)
     for name in ("runs.csv", "summary.csv", "summary.md"):
-        assert (copy / name).read_bytes() == (REFERENCE / group / name).read_bytes(), name
+        assert (copy / name).read_bytes() == (current / group / name).read_bytes(), name
     assert len(load_runs(copy)) == len((copy / "runs.csv").read_text().splitlines()) - 1
