@@ -88,9 +88,6 @@ class Reference:
         m = mean(finite(r.summary.get("pad_fraction")) for r in self.groups.get(group, []))
         return float("nan") if m is None else m
 
-    def warmups(self, group: str) -> list[int]:
-        return sorted({int(r.cfg.train.warmup_steps) for r in self.groups.get(group, [])}) or [0]
-
     def grad_profile(self, finding, group: str) -> dict:
         """``group/grad_profile.csv`` (``analyze grad-profile``): init -> placement -> seed -> ratio."""
         path = self.root / group / "grad_profile.csv"

@@ -50,11 +50,6 @@ def final_test_gap(run, precise: bool = False) -> float | None:
     return None if loss is None or train_mode is None else loss - train_mode
 
 
-def precise_bn_loss(run) -> float | None:
-    """Final eval loss in inference mode with population BN statistics (PreciseBN), or None."""
-    return finite(run.summary.get("final_eval_loss_precise_bn"))
-
-
 # Named final_test_*, not test_*: pytest would collect a test_* function imported into a test.
 def final_test_loss(run) -> float | None:
     """Test-split loss, evaluated once after the last step in inference mode; a diverged run
