@@ -77,3 +77,26 @@ UNIT_TOL = 1e-3
 # "Re-expanded": a vector with std 0.007 (variance 5e-5, five times epsilon = 1e-5) comes out
 # with at least half of unit std, i.e. scaled up ~70x or more.
 REEXPANDED_MIN = 0.5
+
+# ---- F15-F19: inference (added before the best-rate runs they read; PREREGISTRATION.md) ----
+# F15/F16 read INVARIANT_MAX (a row's or a position's logits unchanged), DEPENDENT_MIN (BN in
+# training mode, the contrast), LOSS_MARGIN and PLATEAU_MARGIN (serving BN at batch 1).
+# F17: an analytic gradient "matches" autodiff when its max error is below a thousandth of the
+# gradient's largest entry (float32 autodiff and the exact formula agree to ~1e-6 of it).
+FORMULA_TOL = 1e-3
+# F18 (a mechanism demonstration, no runs): the token with a large common offset, in float32.
+OFFSET = 1e4
+OFFSET_SPREAD = 1.0  # std of the token's features around the offset (float32 keeps ~1e-3 of it)
+EPSILONS = (0.0, 1e-12, 1e-5)
+# An LN output "keeps the spread" when its max error against the float64 two-pass LN of the same
+# float32 input is below 1e-2 (a hundredth of a unit-variance feature) ...
+SPREAD_KEPT = 1e-2
+# ... and "loses" it when the error exceeds 0.1 (or the output is NaN/Inf).
+SPREAD_LOST = 0.1
+# F19: a held-out R^2 of a linear probe for each token's log pre-LN std, read from the last
+# block's LN output: "γ/β restore the scale" when the model trained with them scores at least
+# 0.1 higher than the one trained without.
+SCALE_PROBE_MARGIN = 0.1
+# F19 control: on one model, the probe reads the same from x̂ as from γ⊙x̂ + β (a per-feature
+# affine map, invertible, shared by every token): equal R^2 to this tolerance.
+PROBE_SAME_TOL = 1e-3
