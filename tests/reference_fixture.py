@@ -82,6 +82,14 @@ STREAM = {("true", "true"): {"cv": 0.1, "acc": 0.98}, ("true", "false"): {"cv": 
           ("false", "true"): {"cv": 1e-7, "acc": 0.97}}
 AFFINE_LOSS = 2.3
 STREAM_CSV = "analysis/stream.csv"
+# F19: (norm_affine, residual) -> the scale probe's R² at every block (from x̂: the same)
+SCALE_R2 = {("true", "true"): 0.6, ("true", "false"): 0.5, ("false", "true"): 0.3}
+# F15/F16 (analyze decode): norm -> numbers; BN is served worse at batch 1 than LN, and with
+# batch statistics far above the unigram plateau (3.1)
+DECODE_NORMS = ("layer", "rms", "dyt", "none", "batch", "masked_batch")
+SERVED = {"layer": 2.1, "rms": 2.15, "dyt": 2.4, "none": 2.3, "batch": 2.5, "masked_batch": 2.4}
+# F17 (analyze ln-backward): each formula's error / max |grad| (the healthy set: both match)
+LN_BACKWARD = {"short": 1e-6, "full": 1e-7, "share": 0.2}
 
 
 def write_run(path: Path, overrides: list[str], summary: dict, train: dict | None = None,
@@ -235,7 +243,8 @@ def _csv(path: Path, rows: list[dict]) -> None:
 def write_analyses(root: Path, change, seeds) -> None:
     """init/grad_profile.csv (key: (placement, seed)); analysis/batch_size.csv (key: (norm,
     seed)), composition.csv (key: (norm, seed)), padding.csv (key: (norm, condition, seed)),
-    stream.csv (key: (norm_affine, residual, seed))."""
+    stream.csv (key: (norm_affine, residual, seed)); decode.csv, ln_backward.csv
+    (``write_inference``)."""
     seeds = [s for s in seeds if s < MIN_SEEDS]
     _csv(root / "init" / "grad_profile.csv", [
         {"init": "xavier", "placement": p, "seed": s, "last_over_first": change(
@@ -276,13 +285,44 @@ def write_analyses(root: Path, change, seeds) -> None:
         for seed in seeds:
             v = change("stream", (affine, residual, seed), {
                 "cv": {b: healthy["cv"] for b in range(LAYERS)},
-                "acc": {b: healthy["acc"] for b in range(-1, LAYERS)}})
+                "acc": {b: healthy["acc"] for b in range(-1, LAYERS)},
+                "r2": SCALE_R2[(affine, residual)], "r2_xhat": SCALE_R2[(affine, residual)]})
             rows += [{"run": f"{affine},{residual},{seed}", "norm": "layer", "residual": residual,
                       "norm_affine": affine, "seed": seed, "block": block,
                       "probe_accuracy": acc + 0.001 * seed,
                       "norm_output_cv": "" if block < 0 else v["cv"][block] * (1 + 0.01 * seed),
-                      "stream_norm_cv": 0.3} for block, acc in v["acc"].items()]
+                      "stream_norm_cv": 0.3,
+                      "scale_probe_r2": "" if block < 0 else v["r2"] + 0.001 * seed,
+                      "scale_probe_r2_xhat": "" if block < 0 else v["r2_xhat"] + 0.001 * seed}
+                     for block, acc in v["acc"].items()]
     _csv(root / STREAM_CSV, rows)
+    write_inference(root, change, seeds)
+
+
+def write_inference(root: Path, change, seeds) -> None:
+    """analysis/decode.csv (key: (norm, seed)) and ln_backward.csv (key: seed)."""
+    rows = []
+    for norm in DECODE_NORMS:
+        for seed in seeds:
+            bn = norm in BN_NORMS
+            v = change("decode", (norm, seed), {
+                "stream": 1e-6, "served": SERVED[norm], "batch_stats": 4.6 if bn else "",
+                "grow": 1e-6, "grow_train": 0.5 if bn else ""})
+            rows.append({"run": f"{norm},{seed}", "norm": norm, "residual": "true", "seed": seed,
+                         "tokens": 512, "stream_max_delta": v["stream"] * (1 + 0.1 * seed),
+                         "served_loss": v["served"] + 0.001 * seed,
+                         "served_loss_batch_stats": v["batch_stats"],
+                         "grow_max_delta": v["grow"] * (1 + 0.1 * seed),
+                         "grow_max_delta_train": v["grow_train"]})
+    _csv(root / "analysis" / "decode.csv", rows)
+    rows = []
+    for seed in seeds:
+        v = change("ln_backward", seed, dict(LN_BACKWARD))
+        rows += [{"run": f"layer,{seed}", "norm": "layer", "residual": "true", "placement": "pre",
+                  "seed": seed, "block": block, "tokens": 1024, "max_abs_grad": 0.01,
+                  "short_error": v["short"] * (1 + 0.1 * seed), "full_error": v["full"],
+                  "missing_share": v["share"]} for block in range(LAYERS)]
+    _csv(root / "analysis" / "ln_backward.csv", rows)
 
 
 class Skip(Exception):

@@ -24,7 +24,9 @@ POST = ("layer", "true", "post", 50)
 
 
 CLAIMS = {("S" if fn.__name__ == "scale" else fn.__name__.upper()): fn for fn in P.all_claims()}
-RUNS_READ = [c for c in CLAIMS if c != "F13"]  # F13 computes LN itself (tests/test_findings_ln.py)
+# F13 and F18 compute LN themselves (tests/test_findings_ln.py, tests/test_findings_inference.py)
+RUNS_READ = [c for c in CLAIMS if c not in ("F13", "F18")]
+CHECKS_ONLY = ("F13", "F16")  # controls alone: LN's definition; causal attention
 
 
 def measured(root: Path, change=lambda kind, key, values: values, claims=None, **kw) -> dict:
@@ -51,8 +53,8 @@ def healthy(base):
 
 
 def test_every_claim_shows_on_the_healthy_set(healthy):
-    assert set(healthy) == {"S", *(f"F{i}" for i in range(1, 15))}
-    expected = {c: "checks only" if c == "F13" else "yes" for c in healthy}
+    assert set(healthy) == {"S", *(f"F{i}" for i in range(1, 20))}
+    expected = {c: "checks only" if c in CHECKS_ONLY else "yes" for c in healthy}
     assert verdicts(healthy) == expected, {c: (f.parts, f.missing) for c, f in healthy.items()
                                            if f.verdict != expected[c]}
     assert all(not p.control for p in healthy["S"].parts)
@@ -81,6 +83,12 @@ FLIPS = {
     "F12": (changing("stream", lambda k: k[:2] == ("true", "true"),
                      acc={b: F.IDENTITY_HIGH - 0.01 for b in range(-1, 6)}), "partly"),
     "F14": (changing("dyt", lambda k: k == (0.2, 2), saturation=F.SATURATED_MIN), "partly"),
+    "F15": (changing("decode", lambda k: k[0] == "batch", served=2.1 + F.LOSS_MARGIN / 2),
+            "partly"),
+    "F17": (changing("ln_backward", lambda seed: seed == 1, short=2 * F.FORMULA_TOL), "no"),
+    "F19": (changing("stream", lambda k: k[:2] == ("true", "true"),
+                     r2=0.3 + F.SCALE_PROBE_MARGIN / 2, r2_xhat=0.3 + F.SCALE_PROBE_MARGIN / 2),
+            "no"),
 }
 
 
@@ -137,11 +145,16 @@ PART_FLIPS = {
                          acc={b: 0.98 - F.IDENTITY_DROP / 2 for b in range(-1, 6)}),
     ("F14", 0): changing("dyt", lambda k: k == (1.0, 1), saturation=F.SATURATED_MIN - 0.01),
     ("F14", 1): FLIPS["F14"][0],
+    ("F15", 0): FLIPS["F15"][0],
+    ("F15", 1): changing("decode", lambda k: k[0] == "masked_batch",
+                         served=2.1 + F.LOSS_MARGIN / 2),
+    ("F17", 0): FLIPS["F17"][0],
+    ("F19", 0): FLIPS["F19"][0],
 }
 
 
 def test_every_evidence_part_has_a_flip(healthy):
-    parts = {(c, i) for c, f in healthy.items() for i, p in enumerate(
+    parts = {(c, i) for c, f in healthy.items() if c in RUNS_READ for i, p in enumerate(
         [p for p in f.parts if not p.control])}
     assert parts == set(PART_FLIPS)
 
@@ -171,7 +184,35 @@ INCONCLUSIVE = {
     "F1": changing("best", lambda k: k[0][0] == "rms", invariance=2 * F.INVARIANT_MAX),
     "F10": changing("stream", lambda k: k[:2] == ("false", "true"),
                     cv={b: 2 * F.FLAT_SPREAD_MAX for b in range(6)}),
+    # LN and both BNs served at the plateau: the BN parts cannot be judged
+    "F15": changing("decode", lambda k: k[0] in ("layer", "batch", "masked_batch"), served=PLATEAU),
 }
+
+# (claim, what) -> change that fails one control of an inference claim: "inconclusive"
+CONTROL_FAILS = {
+    ("F15", "a request moves in the batch"): changing("decode", lambda k: k == ("dyt", 2),
+                                                      stream=2 * F.INVARIANT_MAX),
+    ("F15", "BN with batch statistics learns"): changing(
+        "decode", lambda k: k[0] == "masked_batch", batch_stats=PLATEAU - 2 * F.PLATEAU_MARGIN),
+    ("F16", "a position moves as the sequence grows"): changing(
+        "decode", lambda k: k[0] == "none", grow=2 * F.INVARIANT_MAX),
+    ("F16", "BN in training mode does not"): changing("decode", lambda k: k == ("batch", 0),
+                                                       grow_train=F.DEPENDENT_MIN / 2),
+    ("F17", "the full formula misses"): changing("ln_backward", lambda seed: seed == 2,
+                                                 full=2 * F.FORMULA_TOL),
+    ("F19", "x̂ reads differently"): changing("stream", lambda k: k == ("true", "true", 1),
+                                             r2_xhat=0.6 - 2 * F.PROBE_SAME_TOL),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONTROL_FAILS), ids=lambda c: f"{c[0]}-{c[1]}")
+def test_a_failed_inference_control_reads_inconclusive(case, healthy, base, tmp_path):
+    claim = case[0]
+    got = measured(tmp_path / "reference", CONTROL_FAILS[case], [claim], base=base)[claim]
+    assert got.verdict == "inconclusive", got.parts
+    assert sum(p.control and not p.shown for p in got.parts) == 1
+    assert [p.shown for p in got.parts if not p.control] == \
+        [p.shown for p in healthy[claim].parts if not p.control]
 
 
 @pytest.mark.parametrize("claim", sorted(INCONCLUSIVE))
@@ -230,7 +271,8 @@ def test_missing_sub_sweeps_read_not_run(tmp_path):
     root = tmp_path / "reference"
     build(root, skip=("depth", "dyt", "small", "analyses"))
     got = verdicts({c: CLAIMS[c](Reference(root)) for c in RUNS_READ})
-    for claim in ("F2", "F6", "F7", "F8", "F9", "F10", "F11", "F12", "F14"):
+    for claim in ("F2", "F6", "F7", "F8", "F9", "F10", "F11", "F12", "F14", "F15", "F16", "F17",
+                  "F19"):
         assert got[claim] == "not run", claim
     shutil.rmtree(root / "lr")
     assert CLAIMS["F5"](Reference(root)).verdict == "not run"
@@ -267,3 +309,28 @@ def test_a_diverged_run_counts_as_infinitely_bad(base, tmp_path):
     change = changing("best", lambda k: k[0] == ("layer", "false", "pre", 50), loss=math.inf,
                       train_mode=None)
     assert measured(tmp_path / "reference", change, ["F4"], base=base)["F4"].verdict == "yes"
+
+
+def test_inference_claims_without_their_analyses_read_not_run(base, tmp_path):
+    """decode.csv / ln_backward.csv absent, or a stream.csv made before F19's probe: not run."""
+    import csv
+
+    root = tmp_path / "reference"
+    build(root, base=base)
+    (root / "analysis" / "decode.csv").unlink()
+    (root / "analysis" / "ln_backward.csv").unlink()
+    path = root / "analysis" / "stream.csv"
+    with open(path, newline="") as fh:
+        rows = [{k: v for k, v in r.items() if not k.startswith("scale_probe")}
+                for r in csv.DictReader(fh)]
+    path.unlink()
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    ref = Reference(root)
+    got = {c: CLAIMS[c](ref) for c in ("F15", "F16", "F17", "F19", "F12")}
+    assert {c: f.verdict for c, f in got.items()} == {
+        "F15": "not run", "F16": "not run", "F17": "not run", "F19": "not run", "F12": "yes"}
+    assert "analysis/decode.csv" in got["F15"].missing
+    assert any("scale_probe_r2" in m for m in got["F19"].missing)

@@ -7,7 +7,8 @@ answer one question each and write a CSV (+ PNG) into a results directory.
 ANALYSES = {"grad-profile": "trainer.analysis.grad_profile",
             "batch-size": "trainer.analysis.batch_size",
             "composition": "trainer.analysis.composition", "padding": "trainer.analysis.padding",
-            "stream": "trainer.analysis.stream"}
+            "stream": "trainer.analysis.stream", "decode": "trainer.analysis.decode",
+            "ln-backward": "trainer.analysis.ln_backward"}
 
 
 def run_dirs_parser(kind: str, doc: str, outputs: str):
@@ -25,6 +26,18 @@ def run_dirs_parser(kind: str, doc: str, outputs: str):
 def option(flag: str, **kwargs) -> tuple[str, dict]:
     """A command-line option of an analysis (``argparse.add_argument`` keywords)."""
     return flag, kwargs
+
+
+def at_least_one(*params: str):
+    """A ``check`` for ``analysis_main``: each of the named options must be >= 1."""
+    def check(args) -> None:
+        from trainer.config import ConfigError
+
+        if min(getattr(args, p) for p in params) < 1:
+            flags = ", ".join("--" + p.replace("_", "-") for p in params)
+            raise ConfigError(f"{flags} must be >= 1")
+
+    return check
 
 
 def analysis_main(kind: str, doc: str, run, check=None, **options):

@@ -7,6 +7,8 @@
 - ``loss_by_depth.png`` (F11): final test loss at 2, 6 (from ``best``) and 12 blocks per
   variant; a mean over fewer seeds than the other points is marked (hollow, faint segments).
 - ``ln_numbers.png`` (F13): the two example vectors before and after LayerNorm.
+- ``ln_epsilon.png`` (F18): the offset token's error per variance method and ε, and what
+  each makes of the constant token.
 - ``saturation.png`` (F14): final test loss, and DyT saturation at step 0 (hollow) and at the
   end (filled), vs initial α, seeds as points, mean as line, with the baselines and
   ``SATURATED_MIN`` drawn in.
@@ -195,12 +197,44 @@ def ln_numbers():
     return fig
 
 
+def ln_epsilon():
+    """F18's figure: a grid of variance method × ε, each cell coloured by what LN made of the
+    offset token (kept its spread, lost it, NaN/Inf; worst seed) and labelled with that error
+    and with the constant token's output."""
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+
+    from trainer.findings.ln import describe_output, epsilon_table
+    from trainer.findings.thresholds import EPSILONS, SPREAD_KEPT, SPREAD_LOST
+
+    table = epsilon_table()
+    methods = list(dict.fromkeys(m for m, _ in table["offset"]))
+    grid = np.full((len(methods), len(EPSILONS)), np.nan)
+    fig, ax = subplots(figsize=(8, 3.6), constrained_layout=True)
+    for (m, e), errors in table["offset"].items():
+        i, j, worst = methods.index(m), EPSILONS.index(e), max(errors.values())
+        grid[i, j] = 3 if math.isinf(worst) else 2 if worst > SPREAD_LOST else \
+            0 if worst < SPREAD_KEPT else 1
+        ax.text(j, i, f"offset: {'NaN/Inf' if math.isinf(worst) else f'{worst:.2g}'}\n"
+                      f"constant: {describe_output(table['constant'][(m, e)])}",
+                ha="center", va="center", fontsize=9)
+    colors = ListedColormap(["#a1d99b", "#dddddd", "#fdae6b", "#fc9272"])
+    ax.imshow(np.ma.masked_invalid(grid), cmap=colors, vmin=-0.5, vmax=3.5, aspect="auto")
+    ax.set_xticks(range(len(EPSILONS)), [f"ε = {e:g}" for e in EPSILONS])
+    ax.set_yticks(range(len(methods)), [{"lab": "lab LayerNorm"}.get(m, m) for m in methods])
+    ax.set_title(f"F18 (mechanism demonstration): LN in float32; green keeps the spread "
+                 f"(< {SPREAD_KEPT:g}),\norange loses it (> {SPREAD_LOST:g}), red NaN/Inf; "
+                 f"worst of 3 seeds", loc="left", fontsize=10)
+    return fig
+
+
 # Each claim figure: its path under the reference root (what the claim's ``plot``/``plots``
 # names) -> the function drawing it from the reference (None: its runs are missing).
 FIGURES = {f"{GROUP}/plots/collapse_by_depth.png": collapse_by_depth,
            "depth/plots/loss_by_depth.png": loss_by_depth,
            "dyt/plots/saturation.png": saturation_by_alpha,
            "analysis/ln_numbers.png": lambda ref: ln_numbers() if ref.runs else None,
+           "analysis/ln_epsilon.png": lambda ref: ln_epsilon() if ref.runs else None,
            **figures_best.FIGURES}
 
 

@@ -9,6 +9,10 @@ over a (B, T, C) input is exactly zero for (b', t') != (b, t), on random inputs 
 Every part evaluates LN's definition, so every part is a *control* (a check that the lab's layer
 is what the equations say) and the verdict is "checks only": nothing here could have come out
 the other way. The measurements about LN live in F1, F2, F7, F8 and F10.
+
+F18's numbers live here too (the claim is in ``inference``): LN of one float32 token, in numpy
+with a one-pass or a two-pass variance at each ε of ``EPSILONS`` and with the lab's layer, on a
+token with a large common offset and on a constant one (``epsilon_table``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from trainer.findings.claim import Finding, line
-from trainer.findings.thresholds import DEPENDENT_MIN, INVARIANT_MAX, REEXPANDED_MIN, UNIT_TOL
+from trainer.findings.thresholds import (DEPENDENT_MIN, EPSILONS, INVARIANT_MAX, OFFSET,
+                                         OFFSET_SPREAD, REEXPANDED_MIN, UNIT_TOL)
 
 DOMINANT = [10.0, 0.0, 0.0, 0.0]
 NEAR_CONSTANT = [1.0, 1.01, 0.99, 1.0]
@@ -77,3 +82,75 @@ def f13(ref) -> Finding:
 
 
 CLAIMS = (f13,)
+
+
+# ---- F18: ε and the two-pass variance (a mechanism demonstration, in float32 numpy) ----------
+FEATURES = 64
+METHODS = ("one-pass", "two-pass")
+
+
+def offset_token(seed: int) -> np.ndarray:
+    """A float32 token with a large common offset: OFFSET + OFFSET_SPREAD·N(0, 1) per feature."""
+    rng = np.random.default_rng(seed)
+    return (OFFSET + OFFSET_SPREAD * rng.standard_normal(FEATURES)).astype(np.float32)
+
+
+def constant_token() -> np.ndarray:
+    """Every feature OFFSET (exact in float32, and so are its sums: its variance is exactly 0)."""
+    return np.full(FEATURES, OFFSET, np.float32)
+
+
+def numpy_ln(x: np.ndarray, epsilon: float, method: str, dtype=np.float32) -> np.ndarray:
+    """LN of one token without γ/β, all arithmetic in ``dtype``: the variance one-pass
+    (E[x²] − E[x]²) or two-pass (the mean of squared deviations from the mean)."""
+    x = np.asarray(x, dtype)
+    mean = x.mean(dtype=dtype)
+    if method == "two-pass":
+        var = np.square(x - mean).mean(dtype=dtype)
+    else:
+        var = np.square(x).mean(dtype=dtype) - mean * mean
+    with np.errstate(all="ignore"):  # a negative variance or 0/0 is part of what is shown
+        return (x - mean) / np.sqrt(var + dtype(epsilon))
+
+
+def spread_error(y: np.ndarray, x: np.ndarray, epsilon: float) -> float:
+    """max |y − LN(x)| against the float64 two-pass LN of the same float32 input ``x``; inf when
+    ``y`` holds a NaN or Inf."""
+    y = np.asarray(y, np.float64)
+    if not np.isfinite(y).all():
+        return float("inf")
+    return float(np.abs(y - numpy_ln(x, epsilon, "two-pass", np.float64)).max())
+
+
+def lab_layer_norm(x: np.ndarray) -> tuple[np.ndarray, float]:
+    """The lab's LayerNorm layer (``make_norm("layer")``, fresh: γ = 1, β = 0) on one token, and
+    its own ε."""
+    from trainer.models.norms import make_norm
+
+    layer = make_norm("layer")
+    return np.asarray(layer(np.asarray(x, np.float32)[None, None]))[0, 0], float(layer.epsilon)
+
+
+def epsilon_table() -> dict:
+    """F18's numbers: ``offset`` (method, ε) -> seed -> ``spread_error``, "lab" included at its
+    own ε; ``constant`` (method, ε) -> the LN of the constant token (float32)."""
+    offset, constant = {}, {}
+    for method in METHODS:
+        for eps in EPSILONS:
+            offset[(method, eps)] = {s: spread_error(numpy_ln(offset_token(s), eps, method),
+                                                     offset_token(s), eps) for s in SEEDS}
+            constant[(method, eps)] = numpy_ln(constant_token(), eps, method)
+    _, eps = lab_layer_norm(constant_token())
+    offset[("lab", eps)] = {s: spread_error(lab_layer_norm(offset_token(s))[0], offset_token(s),
+                                            eps) for s in SEEDS}
+    constant[("lab", eps)] = lab_layer_norm(constant_token())[0]
+    return {"offset": offset, "constant": constant}
+
+
+def describe_output(y: np.ndarray) -> str:
+    """A constant token's LN output in a word: NaN, Inf, 0, or its largest entry."""
+    if np.isnan(y).any():
+        return "NaN"
+    if np.isinf(y).any():
+        return "Inf"
+    return "0" if not np.abs(y).max() else f"max |y| {np.abs(y).max():.3g}"

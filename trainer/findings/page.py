@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from trainer.atomic import write_text
-from trainer.findings import batch, core, depth, dynamics, ln, lr, stream
+from trainer.findings import batch, core, depth, dynamics, inference, ln, lr, stream
 from trainer.findings.claim import Finding
 from trainer.findings.reference import Reference
 from trainer.results import baselines as bl
@@ -28,7 +28,8 @@ PREREGISTRATION_COMMIT = "6702ad59bcfa5f981ffd6642c524151399062109"
 
 def all_claims() -> tuple:
     """Every claim function in page order."""
-    return core.CLAIMS + batch.CLAIMS + dynamics.CLAIMS + depth.CLAIMS + ln.CLAIMS + stream.CLAIMS
+    return (core.CLAIMS + batch.CLAIMS + dynamics.CLAIMS + depth.CLAIMS + ln.CLAIMS + stream.CLAIMS
+            + inference.CLAIMS)
 
 
 def measure(ref: Reference) -> list[Finding]:

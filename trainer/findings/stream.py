@@ -30,11 +30,11 @@ from trainer.results.baselines import at_plateau
 from trainer.findings.claim import Finding, line
 from trainer.findings.claim import BASE
 from trainer.findings.core import GROUP, compare_losses, every_seed
-from trainer.results.metrics import above, beyond, final_probe, finite, interval, final_test_loss
-from trainer.findings.reference import Reference
+from trainer.results.metrics import above, beyond, final_probe, interval, final_test_loss
+from trainer.findings.reference import Reference, seed_values
 from trainer.telemetry.definitions import SATURATION_X  # F14's probe threshold
 from trainer.findings.thresholds import (AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX, IDENTITY_DROP, IDENTITY_HIGH,
-                                         LOSS_MARGIN, MIN_SEEDS, PLATEAU_MARGIN, SATURATED_MIN)
+                                         LOSS_MARGIN, PLATEAU_MARGIN, SATURATED_MIN)
 
 BASE_ROW = dict(residual="true")  # the analysis rows have no placement: every run is Pre
 WITH = {"true": "with γ/β", "false": "without γ/β"}
@@ -43,18 +43,9 @@ STREAM_CSV = "analysis/stream.csv"
 
 
 def _stream(f, rows: list[dict], column: str, block: int, **want) -> dict:
-    """Seed -> ``column`` at ``block`` of the ``analyze stream`` rows matching ``want``; fewer
-    than ``MIN_SEEDS`` seeds is recorded as missing on ``f`` (unless ``f`` is None)."""
-    out = {}
-    for r in rows:
-        if int(r["block"]) == block and all(str(r[k]).lower() == str(v).lower()
-                                            for k, v in want.items()):
-            out[r["seed"]] = finite(float(r[column])) if r[column] != "" else None
-    if f is not None and rows and len(out) < MIN_SEEDS:
-        desc = ", ".join(f"{k}={v}" for k, v in want.items())
-        f.missing.append(f"{STREAM_CSV}: {desc}, block {block} on {MIN_SEEDS} seeds "
-                         f"(has {len(out)})")
-    return dict(sorted(out.items()))
+    """Seed -> ``column`` at ``block`` of the ``analyze stream`` rows matching ``want``
+    (``seed_values``; missing on ``f`` below ``MIN_SEEDS`` seeds, unless ``f`` is None)."""
+    return seed_values(f, rows, STREAM_CSV, column, block=block, **want)
 
 
 def f10(ref: Reference) -> Finding:

@@ -75,7 +75,9 @@ class CausalLM(keras.Model):
         cache) is returned. Decoding runs in inference mode only (``DECODE_NEEDS_INFERENCE``).
         """
         if cache is not None:
-            return self._decode(tokens, cache, positions, training)
+            if training:
+                raise ValueError(DECODE_NEEDS_INFERENCE)
+            return self.decode_step(tokens, cache, positions)
         length = ops.shape(tokens)[1]
         x = self.token_embedding(tokens) + self.position_embedding(ops.arange(length))[None]
         x = self.embedding_dropout(x, training=training)  # (B, T, C)
@@ -88,15 +90,18 @@ class CausalLM(keras.Model):
         logits = self.head(ops.cast(x, "float32"))  # (B, T, V), float32 for a stable softmax
         return (logits, hidden) if return_hidden else logits
 
-    def _decode(self, tokens, cache, positions, training):
-        if training:
-            raise ValueError(DECODE_NEEDS_INFERENCE)
+    def decode_step(self, tokens, cache, positions, training=False):
+        """The cached decoding of ``call``: (logits, updated cache). ``call`` refuses training
+        mode (``DECODE_NEEDS_INFERENCE``); ``training=True`` is for ``analyze decode`` alone,
+        which measures what serving with batch statistics costs: every norm then uses the
+        statistics of the tokens fed (with dropout 0 nothing else changes), and undoing the
+        running-statistics updates is the caller's job (``telemetry.probes.frozen_state``)."""
         x = self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, C)
         kv = []
         for i, block in enumerate(self.blocks):
-            x, block_kv = block(x, training=False, cache=(cache[:, i], positions))
+            x, block_kv = block(x, training=training, cache=(cache[:, i], positions))
             kv.append(block_kv)
-        x = self.final_norm(x, training=False)
+        x = self.final_norm(x, training=training)
         return self.head(ops.cast(x, "float32")), ops.stack(kv, axis=1)
 
     def new_cache(self, batch_size: int):
