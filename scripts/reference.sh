@@ -58,10 +58,17 @@ for part in "${parts[@]}"; do
       ckpt best $(seeds "$(v rms true)"); rms=("${CK[@]}")
       ckpt best $(seeds "$(v layer false)"); ln_nores=("${CK[@]}")
       ckpt affine $(seeds "norm_affine=false"); aff=("${CK[@]}")
+      ckpt best $(seeds "$(v dyt true)"); dyt=("${CK[@]}")
+      ckpt best $(seeds "$(v none true)"); none=("${CK[@]}")
+      ckpt best $(seeds "$(v masked_batch true)"); mbn=("${CK[@]}")
       "$PYTHON" -m trainer analyze batch-size "${ln[@]}" "${bn[@]}" --out "$out/analysis"
       "$PYTHON" -m trainer analyze composition "${ln[@]}" "${rms[@]}" "${bn[@]}" --out "$out/analysis"
       "$PYTHON" -m trainer analyze padding "${bn[@]}" --out "$out/analysis"
-      "$PYTHON" -m trainer analyze stream "${ln[@]}" "${ln_nores[@]}" "${aff[@]}" --out "$out/analysis" ;;
+      "$PYTHON" -m trainer analyze stream "${ln[@]}" "${ln_nores[@]}" "${aff[@]}" --out "$out/analysis"
+      # F15, F16 (every norm, Pre + residual) and F17 (LayerNorm)
+      "$PYTHON" -m trainer analyze decode "${ln[@]}" "${rms[@]}" "${dyt[@]}" "${none[@]}" "${bn[@]}" \
+        "${mbn[@]}" --out "$out/analysis"
+      "$PYTHON" -m trainer analyze ln-backward "${ln[@]}" --out "$out/analysis" ;;
     findings)
       "$PYTHON" -m trainer findings "$out" > /dev/null && echo "wrote results/README.md" ;;
     *) echo "error: unknown part '$part'" >&2; exit 2 ;;

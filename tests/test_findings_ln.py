@@ -1,8 +1,11 @@
 """F13 (LN's own numbers) computed with the real layer: every part is a control (LN's definition),
 so the verdict is "checks only" as shipped, and "inconclusive" when a check is given an input on
-which the property does not hold."""
+which the property does not hold. F18 (ε and the two-pass variance, numpy and the real layer):
+"yes" as shipped, "no" for a one-pass layer, "inconclusive" when its demonstration fails."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from trainer.findings import ln as L
 
@@ -36,3 +39,41 @@ def test_a_norm_that_mixes_tokens_fails_the_jacobian_check(monkeypatch):
     f = L.f13(None)
     assert f.verdict == "inconclusive"
     assert not _parts(f)["LN's tokens do not see each other (BN's in training mode do)"]
+
+
+# ---- F18: ε and the two-pass variance (a mechanism demonstration) ---------------------------
+def test_f18_as_shipped_the_lab_layer_keeps_the_spread_and_every_check_holds():
+    from trainer.findings.inference import f18
+
+    f = f18(None)
+    assert f.verdict == "yes", (f.parts, f.lines)
+    assert [p.control for p in f.parts] == [False, True, True, True]
+    assert "mechanism demonstration" in f.claim
+
+
+def test_f18_a_one_pass_lab_layer_loses_the_spread(monkeypatch):
+    """The evidence part can fail: a LayerNorm computing E[x²] − E[x]² in float32 loses it."""
+    from trainer.findings import inference
+
+    monkeypatch.setattr(L, "lab_layer_norm", lambda x: (L.numpy_ln(x, 1e-5, "one-pass"), 1e-5))
+    f = inference.f18(None)
+    assert f.verdict == "no" and [p.shown for p in f.parts if not p.control] == [False]
+
+
+def test_f18_without_an_offset_the_one_pass_check_fails(monkeypatch):
+    """On a token without a large offset one-pass keeps the spread too: the demonstration's
+    control fails and the claim reads inconclusive, not yes."""
+    from trainer.findings import inference
+
+    monkeypatch.setattr(L, "OFFSET", 1.0)
+    f = inference.f18(None)
+    assert f.verdict == "inconclusive"
+    assert not _parts(f)["one-pass variance loses the offset token's spread at every ε"]
+
+
+def test_numpy_ln_two_pass_matches_float64_one_pass_does_not_at_the_offset():
+    x = L.offset_token(0)
+    for eps in (0.0, 1e-5):
+        assert L.spread_error(L.numpy_ln(x, eps, "two-pass"), x, eps) < 1e-2
+        assert L.spread_error(L.numpy_ln(x, eps, "one-pass"), x, eps) > 0.1
+    assert np.isnan(L.numpy_ln(L.constant_token(), 0.0, "two-pass")).all()

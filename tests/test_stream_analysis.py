@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # ~1e-3, where LN's default epsilon (1e-5) alone moves their output norms by ~1e-3.
 BYTES = ["data.vocab_size=259", "runtime.xla=false", "model.norm_epsilon=1e-9"]
 COLUMNS = ["run", "norm", "residual", "norm_affine", "seed", "block", "probe_accuracy",
-           "norm_output_cv", "stream_norm_cv"]
+           "norm_output_cv", "stream_norm_cv", "scale_probe_r2", "scale_probe_r2_xhat"]
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +51,11 @@ def test_stream_csv_probe_and_flat_norm_without_affine(runs, tmp_path):
     for block in (0, 1):  # LN without γ/β: every token leaves with norm sqrt(C)
         assert by[("false", block)]["norm_output_cv"] < 1e-4
         assert by[("false", block)]["stream_norm_cv"] > 1e-3  # ... whatever the stream's spread
+    for (affine, block), r in by.items():  # F19: γ⊙x̂ + β reads what x̂ reads
+        if block < 0:
+            assert r["scale_probe_r2"] == r["scale_probe_r2_xhat"] == ""
+        else:
+            assert abs(r["scale_probe_r2"] - r["scale_probe_r2_xhat"]) < 1e-3, r
 
 
 def test_a_random_gamma_spreads_the_norm_output(runs):
@@ -85,3 +90,33 @@ def test_stream_cli_errors_are_one_line(tmp_path):
                           text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_scale_probe_r2_reads_a_linear_target_and_not_noise():
+    from trainer.analysis.stream import ridge_r2
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 16)) * rng.uniform(0.1, 10, 16) + rng.normal(size=16) * 5
+    w = rng.normal(size=16)
+    y = (x - x.mean(0)) / x.std(0) @ w + 0.1 * rng.normal(size=2000)
+    assert ridge_r2(x[:1500], y[:1500], x[1500:], y[1500:]) > 0.99
+    noise = rng.normal(size=2000)
+    assert ridge_r2(x[:1500], noise[:1500], x[1500:], noise[1500:]) < 0.02
+    # a per-feature affine map (no zero gain) changes nothing: F19's control
+    gamma, beta = rng.uniform(0.2, 3, 16) * rng.choice([-1, 1], 16), rng.normal(size=16)
+    assert ridge_r2(x[:1500] * gamma + beta, y[:1500], x[1500:] * gamma + beta, y[1500:]) == \
+        pytest.approx(ridge_r2(x[:1500], y[:1500], x[1500:], y[1500:]), abs=1e-9)
+
+
+@pytest.mark.parametrize("norm", ["layer", "rms", "dyt"])
+def test_xhat_is_the_lab_norm_without_gamma_beta(norm):
+    from trainer.analysis.stream import normalised
+    from trainer.models.norms import make_norm
+
+    x = np.random.default_rng(1).normal(1.0, 2.0, size=(5, 8)).astype("float32")
+    plain = make_norm(norm, affine=False)
+    got = normalised(make_norm(norm), x)
+    if norm == "dyt":
+        assert got is None
+    else:
+        np.testing.assert_allclose(got, np.asarray(plain(x[None]))[0], atol=1e-5)
