@@ -167,10 +167,11 @@ def f18(ref) -> Finding:
     table = ln.epsilon_table()
     offset, constant = table["offset"], table["constant"]
     lab = next(k for k in offset if k[0] == "lab")
-    f.lines += [line(f"offset token, {'the lab LayerNorm' if m == 'lab' else m} at ε = {e:g}, "
-                     "max error vs float64", v, log=True) for (m, e), v in offset.items()]
-    f.lines.append("constant token: " + ", ".join(f"{m} at ε = {e:g} → {ln.describe_output(y)}"
-                                                  for (m, e), y in constant.items()))
+    name = {"lab": "the lab's LayerNorm"}
+    f.lines += [line(f"offset token, {name.get(m, m)} at ε = {e:g}, max error vs float64", v,
+                     log=True) for (m, e), v in offset.items()]
+    f.lines.append("constant token: " + ", ".join(
+        f"{name.get(m, m)} at ε = {e:g} → {ln.describe_output(y)}" for (m, e), y in constant.items()))
     f.evidence("the lab's LayerNorm keeps the offset token's spread and a constant token finite",
                beyond(offset[lab], SPREAD_KEPT, "below", log=True)
                and bool(np.isfinite(constant[lab]).all()))
