@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 # What the command line sets (trainer/__main__.py), before anything imports TensorFlow.
@@ -43,6 +46,34 @@ def tiny_spec(path: Path, grid: str, more: str = "") -> Path:
     root = Path(__file__).resolve().parents[1]
     path.write_text(f"base: {root / 'configs/base.yaml'}\noverrides: {TINY}\ngrid:\n{grid}{more}")
     return path
+
+
+@dataclass
+class CliResult:
+    """What ``python -m trainer ARGS`` gave: exit code, stdout, stderr."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args) -> CliResult:
+    """``python -m trainer ARGS`` run in this process (``trainer.__main__.main``, the function the
+    module runs), stdout and stderr captured: for the tests of error lines and exit codes, which
+    need no fresh process. What only a fresh process shows (nothing but our line reaches a user's
+    stderr, TensorFlow's start-up noise included) is checked with real subprocesses in
+    tests/test_config.py (before TensorFlow loads) and tests/test_analysis.py (after)."""
+    import trainer.launch  # noqa: F401  (submitit, imported by it, binds a log handler to
+    # sys.stderr at import: imported here, it binds the real one, not the capture below)
+    from trainer.__main__ import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as e:  # argparse's usage errors exit (code 2) instead of returning
+            code = e.code if isinstance(e.code, int) else 1
+    return CliResult(code, out.getvalue(), err.getvalue())
 
 
 def restore_final_model(run_dir: Path):

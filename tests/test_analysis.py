@@ -10,11 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY
+from tests.conftest import TINY, run_cli
 from trainer.config import load_config
 from trainer.train.loop import run_training
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+# Its module-scoped runs are built once: every test here goes to the same xdist worker
+# (--dist loadgroup, setup.cfg), not once per worker that gets one of its tests.
+pytestmark = pytest.mark.xdist_group("test_analysis")
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +64,7 @@ def test_bn_output_for_a_single_token_batch_is_beta():
 
 def test_analyze_cli_errors_are_one_line(tmp_path):
     for args in (["nope"], ["batch-size", str(tmp_path), "--out", str(tmp_path / "o")]):
-        proc = subprocess.run([sys.executable, "-m", "trainer", "analyze", *args], cwd=ROOT,
-                              capture_output=True, text=True, timeout=300)
+        proc = run_cli("analyze", *args)
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert proc.stderr.strip().startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
 

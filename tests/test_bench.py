@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import run_cli
+
 from trainer.bench import report
 from trainer.bench.flops import batch_model_flops, matmul_params
 from trainer.bench.throughput import median_overhead
@@ -119,7 +121,7 @@ def test_python_m_trainer_bench_is_the_same_cli():
 
 
 def test_bench_report_of_a_missing_file_is_one_line(tmp_path):
-    res = _run(["-m", "trainer", "bench", "report", str(tmp_path / "none.json")], timeout=120)
+    res = run_cli("bench", "report", tmp_path / "none.json")
     assert res.returncode == 2 and res.stderr.startswith("error: not a bench report")
     assert "Traceback" not in res.stderr
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tiny_spec
+from tests.conftest import run_cli, tiny_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,9 +40,7 @@ def test_bench_sweep_compares_paths_and_their_numbers(tmp_path):
 
 
 def test_bench_sweep_refuses_a_missing_spec(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "trainer", "bench", "sweep",
-                           str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "o.json")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = run_cli("bench", "sweep", tmp_path / "nope.yaml", "--out", tmp_path / "o.json")
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o.json").exists()

@@ -38,6 +38,11 @@ def _model(norm: str) -> CausalLM:
     return model
 
 
+# Its module-scoped runs are built once: every test here goes to the same xdist worker
+# (--dist loadgroup, setup.cfg), not once per worker that gets one of its tests.
+pytestmark = pytest.mark.xdist_group("test_decode")
+
+
 @pytest.fixture(scope="module", params=sorted(NORMS))
 def decoder(request) -> Decoder:
     """One decoder per norm: its compiled programs are shared by the tests below."""

@@ -22,6 +22,11 @@ from trainer.train.loop import run_training
 from trainer.train.rundir import inspect_run_dir
 
 
+# Its module-scoped runs are built once: every test here goes to the same xdist worker
+# (--dist loadgroup, setup.cfg), not once per worker that gets one of its tests.
+pytestmark = pytest.mark.xdist_group("test_evaluation")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A tiny LayerNorm run and a tiny BatchNorm run (XLA steps, as every real run)."""

@@ -23,6 +23,11 @@ from trainer.train.checkpoint import MODEL_FILE
 from trainer.train.loop import run_training
 
 
+# Its module-scoped runs are built once: every test here goes to the same xdist worker
+# (--dist loadgroup, setup.cfg), not once per worker that gets one of its tests.
+pytestmark = pytest.mark.xdist_group("test_generate")
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     cfg = load_config("configs/base.yaml", [*TINY, "model.norm=batch", "train.samples=3"])

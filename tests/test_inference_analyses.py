@@ -8,18 +8,19 @@ exactly the term it drops."""
 from __future__ import annotations
 
 import csv
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.conftest import TINY, mean_token_loss
+from tests.conftest import TINY, mean_token_loss, run_cli
 from trainer.config import load_config
 from trainer.train.loop import run_training
 
-ROOT = Path(__file__).resolve().parents[1]
+
+
+# Its module-scoped runs are built once: every test here goes to the same xdist worker
+# (--dist loadgroup, setup.cfg), not once per worker that gets one of its tests.
+pytestmark = pytest.mark.xdist_group("test_inference_analyses")
 
 
 @pytest.fixture(scope="module")
@@ -118,8 +119,6 @@ def test_ln_backward_full_formula_exact_short_off_by_the_dropped_term(runs, tmp_
 
 
 def test_ln_backward_refuses_another_norm(runs, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "trainer", "analyze", "ln-backward",
-                           str(runs["batch"]), "--out", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli("analyze", "ln-backward", runs["batch"], "--out", tmp_path)
     assert proc.returncode == 2 and proc.stderr.strip().startswith("error:")
     assert "model.norm=layer" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY, tiny_spec
+from tests.conftest import TINY, run_cli, tiny_spec
 from trainer.config import load_config
 from trainer.faults import EXIT_BUSY, EXIT_IO, EXIT_STOPPED
 from trainer.results.events import read_scalars
@@ -87,6 +87,11 @@ def _ckpt_numbers(run: Path) -> list[int]:
     return sorted(int(p.stem.split("-")[1]) for p in (run / "checkpoints").glob("ckpt-*.index"))
 
 
+# The tests that compare with the shared uninterrupted run go to one xdist worker (--dist
+# loadgroup, setup.cfg), so it is trained once, not once per worker.
+SHARES_CLEAN_RUN = pytest.mark.xdist_group("test_reliability_clean_run")
+
+
 @pytest.fixture(scope="module")
 def clean_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("clean") / "run"
@@ -113,6 +118,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     _assert_same_run(killed, clean, 30)
 
 
+@SHARES_CLEAN_RUN
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_preempted_run_checkpoints_at_that_step_and_resumes_identically(tmp_path, clean_run, sig):
     run = tmp_path / "run"
@@ -128,6 +134,7 @@ def test_preempted_run_checkpoints_at_that_step_and_resumes_identically(tmp_path
     _assert_same_run(run, clean_run, 20)
 
 
+@SHARES_CLEAN_RUN
 def test_unreadable_newest_checkpoint_falls_back_to_the_older_one(tmp_path, clean_run):
     run = tmp_path / "run"
     assert _signal_when(run, "checkpoints/ckpt-8.index")[0] == EXIT_STOPPED
@@ -156,6 +163,7 @@ def test_unreadable_newest_checkpoint_falls_back_to_the_older_one(tmp_path, clea
     _assert_same_run(run, clean_run, 20)  # curves past the older checkpoint were redone once
 
 
+@SHARES_CLEAN_RUN
 def test_disk_full_during_a_checkpoint_then_resume_after_freeing_space(tmp_path, clean_run):
     disk = tmp_path / "disk"
     disk.mkdir()
@@ -234,7 +242,7 @@ def test_bad_input_cli_one_line_nothing_written(tmp_path, make_args, fragment):
     (tmp_path / "blank.txt").write_text("\n   \n\n")
     (tmp_path / "rows.jsonl").write_text('{"text": "hello world"}\n' * 20)
     workdir = tmp_path / "run"
-    line = _one_error_line(_cli("train", "--workdir", str(workdir), *TINY, *make_args(tmp_path)))
+    line = _one_error_line(run_cli("train", "--workdir", workdir, *TINY, *make_args(tmp_path)))
     assert fragment in line
     assert not workdir.exists()
 
@@ -242,7 +250,7 @@ def test_bad_input_cli_one_line_nothing_written(tmp_path, make_args, fragment):
 def test_unwritable_results_dir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("a file where a directory should be")
-    line = _one_error_line(_cli("train", "--workdir", str(blocker / "run"), *TINY))
+    line = _one_error_line(run_cli("train", "--workdir", blocker / "run", *TINY))
     assert "cannot write" in line
 
 
@@ -273,7 +281,7 @@ def test_malformed_sweep_spec(tmp_path, text, fragment):
     spec.write_text(text)
     with pytest.raises(Exception, match=fragment):
         expand_variants(load_spec(spec)[0])
-    line = _one_error_line(_cli("sweep", "--config", str(spec), "--out", str(tmp_path / "out")))
+    line = _one_error_line(run_cli("sweep", "--config", spec, "--out", tmp_path / "out"))
     assert fragment in line
     assert not (tmp_path / "out").exists()
 
@@ -296,7 +304,7 @@ def test_sweep_waits_for_a_variant_running_elsewhere_and_runs_what_it_left(tmp_p
     run.mkdir(parents=True)
     with open(run / ".lock", "a+") as held:  # another live process writing this variant
         fcntl.flock(held, fcntl.LOCK_EX)
-        line = _one_error_line(_cli("train", "--workdir", str(run), *TINY), EXIT_BUSY)
+        line = _one_error_line(run_cli("train", "--workdir", run, *TINY), EXIT_BUSY)
         assert "another process" in line
         proc = _cli("sweep", "--config", str(spec), "--out", str(out), "--no-wait")
         assert proc.returncode == EXIT_STOPPED, proc.stderr
@@ -347,6 +355,7 @@ def test_two_sweeps_sharing_a_results_dir_both_succeed(tmp_path):
         assert all(r in stdout for r in runs)
 
 
+@SHARES_CLEAN_RUN
 @pytest.mark.slow
 def test_submitit_requeues_a_preempted_job_which_resumes_identically(tmp_path, clean_run):
     from submitit.local.local import LocalJobEnvironment

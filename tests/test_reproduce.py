@@ -30,6 +30,11 @@ FAST = ["model.num_layers=2", "runtime.xla=false", "train.eval_every=6",
 SKIP = shutil.ignore_patterns("checkpoints")
 
 
+# Its module-scoped runs are built once: every test here goes to the same xdist worker
+# (--dist loadgroup, setup.cfg), not once per worker that gets one of its tests.
+pytestmark = pytest.mark.xdist_group("test_reproduce")
+
+
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     """A tiny run and its reproduction by this code on this machine (both real)."""

@@ -6,14 +6,12 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import shutil
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+
+from tests.conftest import run_cli
 
 from trainer.config import load_config
 from trainer.results.run import variant_name
@@ -28,6 +26,11 @@ FAST = ["model.num_layers=2", "runtime.xla=false", "train.eval_every=6", "train.
 RUNS = {"norm=layer,seed=0": ["model.norm=layer", "train.seed=0"],
         "norm=layer,seed=1": ["model.norm=layer", "train.seed=1"],
         "norm=batch,seed=0": ["model.norm=batch", "train.seed=0"]}
+
+
+# Its module-scoped runs are built once: every test here goes to the same xdist worker
+# (--dist loadgroup, setup.cfg), not once per worker that gets one of its tests.
+pytestmark = pytest.mark.xdist_group("test_results")
 
 
 @pytest.fixture(scope="module")
@@ -151,14 +154,10 @@ def test_summarize_copes_with_unfinished_and_diverged_runs(sweep, tmp_path):
 
 def test_summarize_cli(sweep):
     root, _ = sweep
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    proc = subprocess.run([sys.executable, "-m", "trainer", "summarize", str(root)],
-                          capture_output=True, text=True, env=env, timeout=120,
-                          cwd=Path(__file__).resolve().parents[1])
+    proc = run_cli("summarize", root)
     assert proc.returncode == 0, proc.stderr
     assert "| variant |" in proc.stdout and "| norm=layer |" in proc.stdout
     assert not math.isnan(float(_csv(root / "summary.csv")[0]["final_eval_loss_mean"]))
-    bad = subprocess.run([sys.executable, "-m", "trainer", "summarize", str(root / "missing")],
-                         capture_output=True, text=True, env=env, timeout=120)
+    bad = run_cli("summarize", root / "missing")
     assert bad.returncode == 2 and "error:" in bad.stderr
 

@@ -4,23 +4,24 @@ the attention norm's output."""
 from __future__ import annotations
 
 import csv
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.conftest import TINY
+from tests.conftest import TINY, run_cli
 from trainer.config import load_config
 from trainer.train.loop import run_training
 
-ROOT = Path(__file__).resolve().parents[1]
 # A tiny vocabulary (bytes only). Epsilon 1e-9: an untrained stream's tokens have a variance of
 # ~1e-3, where LN's default epsilon (1e-5) alone moves their output norms by ~1e-3.
 BYTES = ["data.vocab_size=259", "runtime.xla=false", "model.norm_epsilon=1e-9"]
 COLUMNS = ["run", "norm", "residual", "norm_affine", "seed", "block", "probe_accuracy",
            "norm_output_cv", "stream_norm_cv", "scale_probe_r2", "scale_probe_r2_xhat"]
+
+
+# Its module-scoped runs are built once: every test here goes to the same xdist worker
+# (--dist loadgroup, setup.cfg), not once per worker that gets one of its tests.
+pytestmark = pytest.mark.xdist_group("test_stream_analysis")
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +86,7 @@ def test_probe_is_at_chance_on_features_that_do_not_carry_the_token():
 
 
 def test_stream_cli_errors_are_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "trainer", "analyze", "stream", str(tmp_path),
-                           "--out", str(tmp_path / "o")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    proc = run_cli("analyze", "stream", tmp_path, "--out", tmp_path / "o")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
 

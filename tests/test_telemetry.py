@@ -35,6 +35,11 @@ EVAL_TAGS = ["loss", "perplexity", "loss_train_mode", "probe/batch_invariance",
     f"probe/token_cosine/block_{i}" for i in range(LAYERS)]
 
 
+# Its module-scoped runs are built once: every test here goes to the same xdist worker
+# (--dist loadgroup, setup.cfg), not once per worker that gets one of its tests.
+pytestmark = pytest.mark.xdist_group("test_telemetry")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("telemetry")

@@ -32,6 +32,11 @@ def _tb_scalars(path):
     return out
 
 
+# Its module-scoped runs are built once: every test here goes to the same xdist worker
+# (--dist loadgroup, setup.cfg), not once per worker that gets one of its tests.
+pytestmark = pytest.mark.xdist_group("test_train")
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     cfg = load_config("configs/base.yaml", TINY_RUN)
