@@ -48,6 +48,33 @@ def tiny_spec(path: Path, grid: str, more: str = "") -> Path:
     return path
 
 
+def train_runs(root: Path, runs: dict[str, list[str]]) -> dict[str, Path]:
+    """Train each named run (configs/base.yaml, TINY, then its overrides) into ``root/NAME``;
+    returns name -> run directory."""
+    from trainer.config import load_config
+    from trainer.train.loop import run_training
+
+    out = {}
+    for name, overrides in runs.items():
+        cfg = load_config("configs/base.yaml", [*TINY, *overrides])
+        out[name] = root / name
+        run_training(cfg, out[name], argv=["test"], progress=False)
+    return out
+
+
+# The modules that read ``norm_runs`` share this xdist group, so the runs are trained once.
+NORM_RUNS_GROUP = "norm_runs"
+
+
+@pytest.fixture(scope="session")
+def norm_runs(tmp_path_factory) -> dict[str, Path]:
+    """A tiny LayerNorm run and a tiny BatchNorm run (no XLA: the analyses restore them and
+    compile nothing of the training step), trained once for the checkpoint analyses' tests
+    (``tests/test_analysis.py``, ``tests/test_inference_analyses.py``)."""
+    return train_runs(tmp_path_factory.mktemp("norm_runs"), {
+        norm: [f"model.norm={norm}", "runtime.xla=false"] for norm in ("layer", "batch")})
+
+
 @dataclass
 class CliResult:
     """What ``python -m trainer ARGS`` gave: exit code, stdout, stderr."""
@@ -63,7 +90,7 @@ def run_cli(*args) -> CliResult:
     need no fresh process. What only a fresh process shows (nothing but our line reaches a user's
     stderr, TensorFlow's start-up noise included) is checked with real subprocesses in
     tests/test_config.py (before TensorFlow loads) and tests/test_analysis.py (after)."""
-    import trainer.launch  # noqa: F401  (submitit, imported by it, binds a log handler to
+    import trainer.launch  # noqa: F401 (submitit, imported by it, binds a log handler to
     # sys.stderr at import: imported here, it binds the real one, not the capture below)
     from trainer.__main__ import main
 

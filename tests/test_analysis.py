@@ -10,27 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY, run_cli
+from tests.conftest import NORM_RUNS_GROUP, TINY, run_cli
 from trainer.config import load_config
-from trainer.train.loop import run_training
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# Its module-scoped runs are built once: every test here goes to the same xdist worker
-# (--dist loadgroup, setup.cfg), not once per worker that gets one of its tests.
-pytestmark = pytest.mark.xdist_group("test_analysis")
+# The runs are conftest's session-wide ``norm_runs``: every test that reads them goes to one
+# xdist worker (--dist loadgroup, setup.cfg), where they are trained once.
+pytestmark = pytest.mark.xdist_group(NORM_RUNS_GROUP)
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("analysis")
-    out = {}
-    for norm in ("layer", "batch"):
-        cfg = load_config("configs/base.yaml", [*TINY, f"model.norm={norm}", "runtime.xla=false"])
-        run_training(cfg, root / norm, argv=["test"], progress=False)
-        out[norm] = root / norm
-    return out
+@pytest.fixture
+def runs(norm_runs):
+    return norm_runs
 
 
 def test_batch_size_analysis_separates_layer_from_batch_norm(runs, tmp_path):

@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.conftest import TINY
+from tests.conftest import TINY, train_runs
 from trainer import rundir
 from trainer.config import load_config
 from trainer.results.metrics import final_test_loss
@@ -30,13 +30,8 @@ pytestmark = pytest.mark.xdist_group("test_evaluation")
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A tiny LayerNorm run and a tiny BatchNorm run (XLA steps, as every real run)."""
-    root = tmp_path_factory.mktemp("final")
-    out = {}
-    for norm in ("layer", "batch"):
-        cfg = load_config("configs/base.yaml", [*TINY, f"model.norm={norm}"])
-        out[norm] = root / norm
-        run_training(cfg, out[norm], argv=["test"], progress=False)
-    return out
+    return train_runs(tmp_path_factory.mktemp("final"),
+                      {norm: [f"model.norm={norm}"] for norm in ("layer", "batch")})
 
 
 def _summary(run_dir):

@@ -12,27 +12,18 @@ import csv
 import numpy as np
 import pytest
 
-from tests.conftest import TINY, mean_token_loss, run_cli
-from trainer.config import load_config
-from trainer.train.loop import run_training
+from tests.conftest import NORM_RUNS_GROUP, mean_token_loss, run_cli
 
 
 
-# Its module-scoped runs are built once: every test here goes to the same xdist worker
-# (--dist loadgroup, setup.cfg), not once per worker that gets one of its tests.
-pytestmark = pytest.mark.xdist_group("test_inference_analyses")
+# The runs are conftest's session-wide ``norm_runs``: every test that reads them goes to one
+# xdist worker (--dist loadgroup, setup.cfg), where they are trained once.
+pytestmark = pytest.mark.xdist_group(NORM_RUNS_GROUP)
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("inference")
-    out = {}
-    for norm in ("layer", "batch"):
-        cfg = load_config("configs/base.yaml", [*TINY, f"model.norm={norm}", "runtime.xla=false",
-                                                "data.vocab_size=259"])
-        run_training(cfg, root / norm, argv=["test"], progress=False)
-        out[norm] = root / norm
-    return out
+@pytest.fixture
+def runs(norm_runs):
+    return norm_runs
 
 
 def _restored(run_dir):

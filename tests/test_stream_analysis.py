@@ -8,9 +8,7 @@ import csv
 import numpy as np
 import pytest
 
-from tests.conftest import TINY, run_cli
-from trainer.config import load_config
-from trainer.train.loop import run_training
+from tests.conftest import run_cli, train_runs
 
 # A tiny vocabulary (bytes only). Epsilon 1e-9: an untrained stream's tokens have a variance of
 # ~1e-3, where LN's default epsilon (1e-5) alone moves their output norms by ~1e-3.
@@ -26,14 +24,9 @@ pytestmark = pytest.mark.xdist_group("test_stream_analysis")
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("stream")
-    out = {}
-    for affine in ("true", "false"):
-        cfg = load_config("configs/base.yaml", [*TINY, *BYTES, "model.num_layers=2",
-                                                f"model.norm_affine={affine}"])
-        run_training(cfg, root / affine, argv=["test"], progress=False)
-        out[affine] = root / affine
-    return out
+    return train_runs(tmp_path_factory.mktemp("stream"), {
+        affine: [*BYTES, "model.num_layers=2", f"model.norm_affine={affine}"]
+        for affine in ("true", "false")})
 
 
 def test_stream_csv_probe_and_flat_norm_without_affine(runs, tmp_path):
