@@ -27,21 +27,10 @@ from __future__ import annotations
 from trainer.analysis.padding import CONDITIONS
 from trainer.findings.claim import BASE, BN_NORMS, Finding, line
 from trainer.findings.core import GROUP, compare_losses, every_seed
-from trainer.findings.reference import Reference
+from trainer.findings.reference import Reference, seed_values
 from trainer.findings.thresholds import (DEPENDENT_MIN, FLAT_MAX, INVARIANT_MAX, LOSS_MARGIN,
-                                         MIN_SEEDS, POLLUTION_MIN, SMALL_BATCH_GAP)
+                                         POLLUTION_MIN, SMALL_BATCH_GAP)
 from trainer.results.metrics import beyond, final_test_loss_precise_bn
-
-
-def _by_seed(rows: list[dict], key: str, **want) -> dict:
-    """Seed -> float(row[key]) of the analysis rows matching ``want``."""
-    return {r["seed"]: float(r[key]) for r in sorted(rows, key=lambda r: r["seed"])
-            if all(r[k] == v for k, v in want.items())}
-
-
-def _need_seeds(f: Finding, csv: str, values, what: str) -> None:
-    if len(values) < MIN_SEEDS:
-        f.missing.append(f"{csv}: {what} on {MIN_SEEDS} seeds (has {len(values)})")
 
 
 def f7(ref: Reference) -> Finding:
@@ -76,8 +65,8 @@ def f7(ref: Reference) -> Finding:
         return out
 
     norms = sorted({r["norm"] for r in rows})
-    for norm in ("layer", "batch"):
-        _need_seeds(f, csv, {r["seed"] for r in rows if r["norm"] == norm}, norm)
+    for norm in ("layer", "batch"):  # both judged: each needs MIN_SEEDS seeds
+        seed_values(f, rows, csv, "loss", norm=norm)
     if f.missing:
         return f
     for norm in norms:
@@ -111,16 +100,15 @@ def f8(ref: Reference) -> Finding:
     rows = ref.analysis(f, csv)
     if f.missing:
         return f
-    train = {n: _by_seed(rows, "max_abs_delta", norm=n, mode="train")
+    train = {n: seed_values(f, rows, csv, "max_abs_delta", norm=n, mode="train")
              for n in ("layer", "rms", "batch")}
-    for n, v in train.items():
-        _need_seeds(f, csv, v, n)
     if f.missing:
         return f
     for n in dict.fromkeys(r["norm"] for r in rows):  # masked_batch etc. reported, not judged
         for mode in ("train", "inference"):
             f.lines.append(line(f"{n}, {mode} mode",
-                                _by_seed(rows, "max_abs_delta", norm=n, mode=mode), log=True))
+                                seed_values(None, rows, csv, "max_abs_delta", norm=n, mode=mode),
+                                log=True))
     f.control("per-token norms invariant in training mode",
               all(every_seed(train[n], INVARIANT_MAX, "below") for n in ("layer", "rms")))
     f.evidence("BN depends on the partners in training mode",
@@ -144,17 +132,15 @@ def f9(ref: Reference) -> Finding:
             for g in ("pad_to_max", "small_batch") for n in BN_NORMS}
     if f.missing:
         return f
-    shift = {c: _by_seed(rows, "shift", norm="batch", condition=c) for c in CONDITIONS}
-    for c, v in shift.items():
-        _need_seeds(f, csv, v, f"batch, {c}")
+    shift = {c: seed_values(f, rows, csv, "shift", norm="batch", condition=c) for c in CONDITIONS}
     if f.missing:
         return f
     for n in dict.fromkeys(r["norm"] for r in rows):
         for c in CONDITIONS:
-            pads = _by_seed(rows, "pad_fraction", norm=n, condition=c)
+            pads = seed_values(None, rows, csv, "pad_fraction", norm=n, condition=c)
             f.lines.append(line(f"shift, {n}, {c} ({sum(pads.values()) / max(len(pads), 1):.1%} "
                                 "pads in the analysed batches)",
-                                _by_seed(rows, "shift", norm=n, condition=c)))
+                                seed_values(None, rows, csv, "shift", norm=n, condition=c)))
     context = Finding("", "", "", "")  # the bucketed losses (F3): context, not in the verdict
     for n in BN_NORMS:
         bucketed = ref.per_seed(context, GROUP, final_test_loss_precise_bn, norm=n, warmup_steps=50,

@@ -130,13 +130,14 @@ def seed_values(finding, rows: list[dict], relpath: str, column: str, reduce=max
     """Seed -> ``reduce`` over the ``column`` values of the analysis rows (``Reference.analysis``
     of ``relpath``) matching ``want`` (compared as lower-case strings): one row per seed, or
     several (per block) folded by ``reduce``; None when a value is empty or not finite. Fewer
-    than ``MIN_SEEDS`` seeds is recorded as missing on ``finding`` (unless it is None)."""
+    than ``MIN_SEEDS`` seeds is recorded as missing on ``finding`` (unless it is None, or the
+    CSV itself is already recorded missing there)."""
     found: dict = {}
     for r in rows:
         if all(str(r[k]).lower() == str(v).lower() for k, v in want.items()):
             found.setdefault(r["seed"], []).append(finite(float(r[column])) if r[column] != ""
                                                    else None)
-    if finding is not None and rows and len(found) < MIN_SEEDS:
+    if finding is not None and relpath not in finding.missing and len(found) < MIN_SEEDS:
         finding.missing.append(f"{relpath}: {_describe(want)} on {MIN_SEEDS} seeds "
                                f"(has {len(found)})")
     return {s: None if None in xs else reduce(xs) for s, xs in sorted(found.items())}
