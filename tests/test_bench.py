@@ -37,6 +37,7 @@ def _finite_positive(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
+@pytest.mark.slow
 def test_bench_cli_writes_wellformed_json(tmp_path, tiny):
     # runtime.xla=false keeps this under a minute on 2 CPU cores (XLA compiles cost ~10 s each);
     # tracing counts are the same with and without XLA.
@@ -234,6 +235,7 @@ def test_model_flops_count_real_tokens_only():
     assert half == 2 * one and half < full  # pads add nothing; a sequence's cost is its own
 
 
+@pytest.mark.slow
 def test_bench_data_streaming_small(tmp_path):
     out = tmp_path / "d.json"
     res = _run(["-m", "trainer", "bench", "data", "--mb", "1", "--vocab-size", "512", "--out", str(out),
@@ -249,6 +251,7 @@ def test_bench_data_streaming_small(tmp_path):
     assert set(r["targets"]["data_stream_rss"]) >= {"measured", "target", "pass"}
 
 
+@pytest.mark.slow
 def test_run_rss_is_the_runs_own_not_the_bench_process(tiny, monkeypatch):
     """A child forked from a big process inherits its RSS high-water mark across exec; the
     measured training run must report its own peak, not this process's."""

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +39,7 @@ def _traced(summary: dict) -> int:
     return c["train"] + c["eval"] + c["eval_train_mode"] + c["test"]
 
 
+@pytest.mark.slow
 def test_compile_count_is_what_xla_compiled_and_the_cache_serves_the_rest(tmp_path):
     cache = tmp_path / "xla-cache"
     # batch norm: train-mode eval programs too
@@ -166,6 +169,7 @@ def test_compiled_programs_live_under_the_data_cache_root(tmp_path, monkeypatch)
         compile_cache.close()
 
 
+@pytest.mark.slow
 def test_without_xla_nothing_counts_as_compiled_or_loaded(tmp_path):
     """``runtime.xla=false`` traces plain tf.functions: XLA neither compiles nor loads a program."""
     summary, dumped = _train(tmp_path, "no-xla", tmp_path / "xla-cache", ["runtime.xla=false"])

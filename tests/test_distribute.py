@@ -48,6 +48,7 @@ def _losses(run_dir: Path) -> list[float]:
     return [v for _, v in read_scalars(run_dir / "train")["loss"]]
 
 
+@pytest.mark.slow
 def test_mirrored_two_logical_cpus_matches_one_device(tmp_path):
     overrides = [*TINY, "data.tokens_per_batch=512"]
     proc = subprocess.run([sys.executable, "-c", MIRRORED, str(tmp_path), json.dumps(overrides)],

@@ -75,3 +75,15 @@ def test_config_table_documents_every_key_with_its_schema_default():
             assert isinstance(doc, float) and doc == pytest.approx(value, rel=1e-12), key
         else:
             assert doc == value and type(doc) is type(value), key
+
+
+def test_ci_runs_the_readme_test_command_and_the_slow_tier_it_leaves_out():
+    """The README's second set-up command is what `.ci/run` runs, and the `slow` tier it
+    deselects runs there too (so no test goes unrun in CI)."""
+    setup = re.search(r"^```bash\n(.*?)^```$", README, flags=re.S | re.M).group(1).splitlines()
+    assert len(setup) == 2, "the README starts with exactly two set-up commands"
+    test_cmd = setup[1].split("&&")[-1].strip()
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert test_cmd in ci
+    if '-m "not slow"' in test_cmd:
+        assert test_cmd.replace('-m "not slow"', "-m slow") in ci

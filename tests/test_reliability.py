@@ -118,6 +118,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     _assert_same_run(killed, clean, 30)
 
 
+@pytest.mark.slow
 @SHARES_CLEAN_RUN
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_preempted_run_checkpoints_at_that_step_and_resumes_identically(tmp_path, clean_run, sig):
@@ -134,6 +135,7 @@ def test_preempted_run_checkpoints_at_that_step_and_resumes_identically(tmp_path
     _assert_same_run(run, clean_run, 20)
 
 
+@pytest.mark.slow
 @SHARES_CLEAN_RUN
 def test_unreadable_newest_checkpoint_falls_back_to_the_older_one(tmp_path, clean_run):
     run = tmp_path / "run"
@@ -163,6 +165,7 @@ def test_unreadable_newest_checkpoint_falls_back_to_the_older_one(tmp_path, clea
     _assert_same_run(run, clean_run, 20)  # curves past the older checkpoint were redone once
 
 
+@pytest.mark.slow
 @SHARES_CLEAN_RUN
 def test_disk_full_during_a_checkpoint_then_resume_after_freeing_space(tmp_path, clean_run):
     disk = tmp_path / "disk"
@@ -298,6 +301,7 @@ def _trained_once(run: Path, steps: int) -> bool:
     return [e.step for e in acc.Tensors("loss")] == list(range(steps))
 
 
+@pytest.mark.slow
 def test_sweep_waits_for_a_variant_running_elsewhere_and_runs_what_it_left(tmp_path):
     spec, out = _spec(tmp_path, "layer"), tmp_path / "out"
     run = out / "norm=layer"
@@ -394,6 +398,7 @@ def test_sigterm_to_a_sweep_stops_its_variants_resumably(tmp_path):
         assert _trained_once(out / r, 6), r
 
 
+@pytest.mark.slow
 def test_batch_norm_run_resumes_with_its_running_statistics(tmp_path):
     """A BN run resumed from a mid-run checkpoint equals the uninterrupted run: the blocks'
     running statistics are in the checkpoint (they were not before ``make_checkpoint`` listed
@@ -414,6 +419,7 @@ def test_batch_norm_run_resumes_with_its_running_statistics(tmp_path):
     _assert_same_run(resumed, whole, 6)
 
 
+@pytest.mark.slow
 def test_history_survives_a_resume_from_the_checkpoint_alone(tmp_path):
     """The loop's running values (best and last eval losses, max grad norm, last finite step,
     spike counter, probes) come back from the checkpoint itself, with no JSON beside it.

@@ -243,6 +243,7 @@ def _rows(stdout: str) -> dict[str, list[str]]:
     return {r[0].strip(): [c.strip() for c in r[1:]] for r in rows}
 
 
+@pytest.mark.slow
 def test_directory_mode_prints_one_row_per_run_and_fails_if_one_fails(results_set):
     root, out = results_set
     proc = _cli(root, "--out", out, "--reuse", "--parallel", "2")
@@ -261,6 +262,7 @@ def test_directory_mode_prints_one_row_per_run_and_fails_if_one_fails(results_se
     assert sorted(_rows(passing.stdout)) == ["other_cpu", "same"] and "2/2 runs" in passing.stdout
 
 
+@pytest.mark.slow
 def test_directory_mode_refuses_existing_reproductions_before_starting(results_set):
     root, out = results_set
     with pytest.raises(ConfigError, match="already exists; pass --reuse"):

@@ -137,6 +137,7 @@ def test_submitit_local_launcher_then_rerun_skips_finished(tmp_path):
 
 
 
+@pytest.mark.slow
 def test_worker_runs_each_command_in_its_own_child(tmp_path):
     """A failing command fails alone: the worker answers its exit code and runs the next one
     in a fresh child (its own pid), which trains."""
@@ -162,6 +163,7 @@ def test_worker_runs_each_command_in_its_own_child(tmp_path):
     assert worker.proc.returncode == 0
 
 
+@pytest.mark.slow
 def test_a_killed_variant_fails_alone_and_the_worker_goes_on(tmp_path):
     """SIGKILL to a variant's forked child (the OOM killer): that command fails with the
     signal, the worker lives on and its next child trains."""
