@@ -21,7 +21,7 @@ REFERENCE = REPO / "results" / "archive" / "reference-2026-11-lr6e-3"
 def _one_reference_run() -> Path:
     runs = sorted(REFERENCE.glob("grid/*/summary.json"))
     if not runs:
-        pytest.skip("no committed reference results")
+        pytest.skip(f"results/reference/{group} has no runs yet (scripts/reference.sh makes them)")
     return runs[0].parent
 
 
@@ -72,7 +72,7 @@ def test_summarize_regenerates_the_committed_tables(group, tmp_path):
     The archived reference's tables are a record of the code that wrote them, not checked."""
     current = REPO / "results" / "reference"
     if not (current / group / "runs.csv").is_file():
-        pytest.skip("no committed reference results")
+        pytest.skip(f"results/reference/{group} has no runs yet (scripts/reference.sh makes them)")
     copy = tmp_path / group
     shutil.copytree(current / group, copy, ignore=shutil.ignore_patterns("plots"))
     summarize(copy, plots=False)
