@@ -118,9 +118,9 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     _assert_same_run(killed, clean, 30)
 
 
-@pytest.mark.slow
-@SHARES_CLEAN_RUN
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@SHARES_CLEAN_RUN  # SIGTERM in the quick tier: one exact-resume check a developer always runs
+@pytest.mark.parametrize("sig", [signal.SIGTERM,
+                                 pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
 def test_preempted_run_checkpoints_at_that_step_and_resumes_identically(tmp_path, clean_run, sig):
     run = tmp_path / "run"
     rc, err = _signal_when(run, "checkpoints/ckpt-4.index", sig)
