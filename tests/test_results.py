@@ -6,8 +6,12 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import shutil
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +22,7 @@ from trainer.results.run import variant_name
 from trainer.results.summarize import group_variants, summarize
 from trainer.train.loop import run_training
 
+ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PLOTS = ("loss", "grad_norm_by_block", "token_std_by_depth", "invariance_and_gap",
          "token_cosine_by_depth")
@@ -160,4 +165,13 @@ def test_summarize_cli(sweep):
     assert not math.isnan(float(_csv(root / "summary.csv")[0]["final_eval_loss_mean"]))
     bad = run_cli("summarize", root / "missing")
     assert bad.returncode == 2 and "error:" in bad.stderr
+
+
+def test_summarize_prints_nothing_on_stderr_in_a_plain_shell(sweep):
+    """No TensorFlow start-up chatter (TensorBoard's event reader imports TensorFlow): a user's
+    shell sets no TF_CPP_MIN_LOG_LEVEL, and the command line must still be quiet."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run([sys.executable, "-m", "trainer", "summarize", str(sweep[0])], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
 
