@@ -174,4 +174,3 @@ def test_summarize_prints_nothing_on_stderr_in_a_plain_shell(sweep):
     proc = subprocess.run([sys.executable, "-m", "trainer", "summarize", str(sweep[0])], env=env,
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-

@@ -164,10 +164,10 @@ COMMANDS = {c.name: c for c in (
             "line, each in a forked child (sweep's workers)",
             lambda p: p.add_argument("result_fd", type=int,
                                      help="file descriptor the exit codes go to"), _worker),
+    # trainer.results imports no TensorFlow (tests/test_imports.py), but TensorBoard's event
+    # reader does when it is installed: muted, or its CUDA probe would print on every summarize.
     Command("summarize", "tables and plots from a results directory",
-            lambda p: p.add_argument("results_dir"), _summarize),  # trainer.results never
-    # imports TensorFlow (tests/test_imports.py), but TensorBoard's event reader does when it is
-    # installed: muted, or its CUDA probe would print on every summarize
+            lambda p: p.add_argument("results_dir"), _summarize),
     Command("reproduce", "rerun a run (or a results directory's runs) from the saved config "
             "and compare", _reproduce_arguments, _reproduce, mute_tf=False),
     Command("findings", "measure the claims on reference results -> README",
