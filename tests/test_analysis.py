@@ -55,6 +55,32 @@ def test_bn_output_for_a_single_token_batch_is_beta():
     np.testing.assert_allclose(out[0, 0], np.arange(6), atol=1e-6)
 
 
+def test_an_analysis_records_the_commit_that_made_it(runs, tmp_path):
+    """``NAME.meta.json`` beside the CSV: this checkout's commit and tree state (asked of git
+    here), and the command line; a failed analysis leaves none."""
+    import json
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    commands = {"batch_size": ["batch-size", str(runs["layer"]), "--out", str(tmp_path),
+                               "--sequences", "2", "--batch-sizes", "1", "2"],
+                "grad_profile": ["grad-profile", "--config", "configs/base.yaml", "--out",
+                                 str(tmp_path), "--seeds", "0", "--inits", "normal",
+                                 "--batches", "1", *TINY]}
+    for name, args in commands.items():
+        proc = run_cli("analyze", *args)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        meta = json.loads((tmp_path / f"{name}.meta.json").read_text())
+        assert meta["git_sha"] == git("rev-parse", "HEAD")
+        assert meta["git_dirty"] == bool(git("status", "--porcelain", "--untracked-files=no"))
+        assert meta["command"] == ["analyze", *args]
+    failed = tmp_path / "failed"
+    assert run_cli("analyze", "padding", str(runs["layer"]), "--out", str(failed)).returncode == 2
+    assert not failed.exists() or not list(failed.glob("*.meta.json"))
+
+
 def test_analyze_cli_errors_are_one_line(tmp_path):
     for args in (["nope"], ["batch-size", str(tmp_path), "--out", str(tmp_path / "o")]):
         proc = run_cli("analyze", *args)

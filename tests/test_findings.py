@@ -334,3 +334,27 @@ def test_inference_claims_without_their_analyses_read_not_run(base, tmp_path):
         "F15": "not run", "F16": "not run", "F17": "not run", "F19": "not run", "F12": "yes"}
     assert "analysis/decode.csv" in got["F15"].missing
     assert any("scale_probe_r2" in m for m in got["F19"].missing)
+
+
+def test_provenance_names_each_commit_and_marks_a_modified_tree(base, tmp_path):
+    """Provenance lists each sub-sweep's commits and each analysis output a claim read with the
+    commit in its NAME.meta.json ("unknown" without one); "(dirty)" survives the shortening."""
+    import json
+
+    root = tmp_path / "reference"
+    shutil.copytree(base, root)
+    dirty_run = next((root / "best").glob("*/meta.json"))
+    dirty_run.write_text(json.dumps({"git_sha": "a" * 40, "git_dirty": True}))
+    (root / "analysis" / "batch_size.meta.json").write_text(
+        json.dumps({"git_sha": "b" * 40, "git_dirty": False, "command": ["analyze"]}))
+    (root / "analysis" / "padding.meta.json").write_text(
+        json.dumps({"git_sha": "c" * 40, "git_dirty": True, "command": ["analyze"]}))
+    ref = Reference(root)
+    text = P.render_page(ref, P.measure(ref))
+    provenance = text[text.index("## Provenance"):]
+    best = next(line for line in provenance.splitlines() if line.startswith("| `best` |"))
+    assert f"`{'a' * 12}` (dirty)" in best and f"`{'0' * 12}`" in best
+    assert f"| `analysis/batch_size.csv` | `{'b' * 12}` |" in provenance
+    assert f"| `analysis/padding.csv` | `{'c' * 12}` (dirty) |" in provenance
+    assert "| `analysis/composition.csv` | `unknown` |" in provenance
+    assert "| `init/grad_profile.csv` | `unknown` |" in provenance

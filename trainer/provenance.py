@@ -1,13 +1,18 @@
 """Which code made a run: the git commit of this checkout and whether its tree is modified.
 
 The training loop records both in meta.json (``trainer.train.rundir.collect_meta``);
-``reproduce`` compares them with the checkout it runs from.
+``reproduce`` compares them with the checkout it runs from. An output that is not a run (a
+checkpoint analysis) gets the same record beside it, ``NAME.meta.json`` (``write_stamp``), which
+the findings page's Provenance reads (``read_stamp``).
 """
 
 from __future__ import annotations
 
 import subprocess
+from datetime import datetime, timezone
 from pathlib import Path
+
+from trainer.atomic import read_json, write_json
 
 
 def git(*args: str) -> str:
@@ -28,3 +33,28 @@ def git_sha() -> str | None:
 def git_dirty() -> bool:
     """Whether tracked files differ from HEAD (untracked files do not change the code)."""
     return bool(git("status", "--porcelain", "--untracked-files=no"))
+
+
+def stamp_path(output: str | Path) -> Path:
+    """Where the record of ``output`` (``NAME.csv``) lives: ``NAME.meta.json`` beside it."""
+    return Path(output).with_suffix(".meta.json")
+
+
+def write_stamp(output: str | Path, command: list[str]) -> None:
+    """Record beside ``output`` the commit and tree state that made it, and its command line."""
+    write_json(stamp_path(output), {
+        "git_sha": git_sha(), "git_dirty": git_dirty(), "command": list(command),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+
+
+def commit_label(meta: dict | None) -> str:
+    """``meta``'s commit as the findings page shows it: its first 12 hex digits, "unknown"
+    without one, "(dirty)" after one whose tree was modified."""
+    meta = meta or {}
+    sha = (meta.get("git_sha") or "unknown")[:12]
+    return f"`{sha}`{' (dirty)' if meta.get('git_dirty') else ''}"
+
+
+def read_stamp(output: str | Path) -> dict | None:
+    """The record ``write_stamp`` left beside ``output``; None when there is none."""
+    return read_json(stamp_path(output)) or None

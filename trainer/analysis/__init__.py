@@ -1,7 +1,9 @@
 """Analyses: forward/backward passes over models (at init or from a run's checkpoint) that
 answer one question each and write a CSV (+ PNG) into a results directory.
 
-``python -m trainer analyze KIND ...``; KIND is a key of ``ANALYSES``.
+``python -m trainer analyze KIND ...``; KIND is a key of ``ANALYSES``. Each writes, beside its
+CSV, ``NAME.meta.json``: the commit and tree state that made it and its command line
+(``trainer.provenance.write_stamp``), which the findings page's Provenance lists.
 """
 
 ANALYSES = {"grad-profile": "trainer.analysis.grad_profile",
@@ -54,7 +56,10 @@ def analysis_main(kind: str, doc: str, run, check=None, **options):
         args = parse_run_dirs(p, argv)
         if check:
             check(args)
+        from trainer.provenance import write_stamp
+
         run(args.run_dirs, args.out, **{param: getattr(args, param) for param in options})
+        write_stamp(args.out / f"{name}.csv", ["analyze", kind, *argv])
         return 0
 
     return main

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from trainer.atomic import save_figure, subplots, write_csv, write_text
 from trainer.config import Init, Placement, load_config
+from trainer.provenance import write_stamp
 
 
 def profile(cfg, corpus, batches: int) -> list[float]:
@@ -102,4 +103,5 @@ def main(argv: list[str]) -> int:
     p.add_argument("overrides", nargs="*", help="dotted config overrides")
     args = p.parse_args(argv)
     run(args.config, args.overrides, Path(args.out), args.seeds, args.inits, args.batches)
+    write_stamp(Path(args.out) / "grad_profile.csv", ["analyze", "grad-profile", *argv])
     return 0

@@ -90,14 +90,23 @@ def _run_baselines(ref, run) -> dict | None:
     return bl.read_run_baselines(run.path, ref.root / Path(run.name).parts[0])
 
 
-def _provenance(ref) -> list[str]:
-    """Each sub-sweep's runs and the commit(s) they were made from (one clean commit each)."""
+def _provenance(ref, findings) -> list[str]:
+    """Each sub-sweep's runs and the commit(s) they were made from (one clean commit each), then
+    each analysis output a claim read and the commit it was made from."""
     lines = [f"Pre-registered in commit `{PREREGISTRATION_COMMIT[:12]}` ({PREREGISTRATION}): the "
              "design, the rules, every threshold and the inconclusive conditions, before any run "
-             "below.", "", "| sub-sweep | runs | made from commit |", "|---|---|---|"]
-    for group, runs in sorted(ref.groups.items()):
-        lines.append(f"| `{group}` | {len(runs)} | {', '.join(f'`{s[:12]}`' for s in ref.git_shas(group))} |")
-    return lines if ref.groups else lines[:2] + ["No reference runs yet."]
+             "below.", ""]
+    if not ref.groups:
+        lines.append("No reference runs yet.")
+    else:
+        lines += ["| sub-sweep | runs | made from commit |", "|---|---|---|"]
+        lines += [f"| `{group}` | {len(runs)} | {', '.join(ref.git_shas(group))} |"
+                  for group, runs in sorted(ref.groups.items())]
+    files = sorted({path for f in findings for path in f.files})
+    if files:
+        lines += ["", "| analysis output | made from commit |", "|---|---|"]
+        lines += [f"| `{path}` | {ref.analysis_commit(path)} |" for path in files]
+    return lines
 
 
 def _plateau(ref) -> list[str]:
@@ -168,7 +177,7 @@ def render_page(ref, findings) -> str:
         lines += [x for plot in f.plots if (ref.root / plot).is_file()
                   for x in ("", f"![{f.id}]({name}/{plot})")]
     lines += ["", "## Runs at the plateau", "", *_plateau(ref),
-              "", "## Provenance", "", *_provenance(ref)]
+              "", "## Provenance", "", *_provenance(ref, findings)]
     return "\n".join(lines) + "\n"
 
 

@@ -15,6 +15,7 @@ import yaml
 
 from trainer.atomic import read_json
 from trainer.findings.thresholds import MIN_SEEDS
+from trainer.provenance import commit_label, read_stamp
 from trainer.results.baselines import FILE as BASELINES_FILE
 from trainer.results.metrics import finite, mean
 from trainer.results.run import load_runs
@@ -116,13 +117,15 @@ class Reference:
         return rows
 
     def git_shas(self, group: str | None = None) -> list[str]:
-        """The commits the runs (of ``group``, or all) were made from; "(dirty)" marks a run
-        made from a modified tree."""
-        shas = set()
-        for run in self.groups.get(group, []) if group else self.runs:
-            meta = run.meta
-            shas.add(f"{meta.get('git_sha') or 'unknown'}{' (dirty)' if meta.get('git_dirty') else ''}")
-        return sorted(shas)
+        """The commits the runs (of ``group``, or all) were made from (``commit_label``:
+        "(dirty)" marks a run made from a modified tree)."""
+        return sorted({commit_label(run.meta)
+                       for run in (self.groups.get(group, []) if group else self.runs)})
+
+    def analysis_commit(self, relpath: str) -> str:
+        """The commit an analysis output under the root was made from (its ``NAME.meta.json``),
+        marked as ``git_shas`` marks a run's; "unknown" when it has no record."""
+        return commit_label(read_stamp(self.root / relpath))
 
 
 def seed_values(finding, rows: list[dict], relpath: str, column: str, reduce=max,
