@@ -358,3 +358,18 @@ def test_provenance_names_each_commit_and_marks_a_modified_tree(base, tmp_path):
     assert f"| `analysis/padding.csv` | `{'c' * 12}` (dirty) |" in provenance
     assert "| `analysis/composition.csv` | `unknown` |" in provenance
     assert "| `init/grad_profile.csv` | `unknown` |" in provenance
+
+
+def test_f6_shows_what_worse_without_warm_up_compares_seed_by_seed(healthy):
+    """F6's lines give, per placement, each seed's test loss without warm-up minus with it: the
+    differences of the two per-seed loss lines above them."""
+    def per_seed(prefix):
+        found = next(x for x in healthy["F6"].lines if x.startswith(prefix))
+        return [float(v) for v in found.split("per seed: ")[1].rstrip(")").split(" / ")]
+
+    for p in ("pre", "post"):
+        cold = per_seed(f"{p}-LN, warm-up 0, test loss")
+        warm = per_seed(f"{p}-LN, warm-up 50, test loss")
+        diff = per_seed(f"{p}-LN, test loss without warm-up minus with it")
+        assert len(diff) == len(cold) == F.HEADLINE_SEEDS
+        assert diff == pytest.approx([c - w for c, w in zip(cold, warm)], abs=2e-3)

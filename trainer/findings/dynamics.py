@@ -106,6 +106,11 @@ def f6(ref: Reference) -> Finding:
     for (p, w), v in loss.items():
         f.lines += [line(f"{p}-LN, warm-up {w}, test loss at its best rate", v),
                     f"{p}-LN, warm-up {w}, grid: {describe(lr[(p, w)])}"]
+    for p in ("pre", "post"):  # what "worse without warm-up" compares, seed by seed
+        cold, warm = loss[(p, COLD)], loss[(p, WARM)]
+        f.lines.append(line(f"{p}-LN, test loss without warm-up minus with it",
+                            {s: cold[s] - warm[s] for s in sorted(cold.keys() & warm.keys())
+                             if cold[s] is not None and warm[s] is not None}))
     for init, ratios in sorted(profile.items()):
         f.lines.append(f"init ratio, {init}: " + ", ".join(
             f"{p} {fmt_seeds(v, log=True)}" for p, v in sorted(ratios.items())))
