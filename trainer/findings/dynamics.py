@@ -80,7 +80,9 @@ def _needs_warmup(f: Finding, placement: str, loss: dict, lr: dict) -> None:
         f.evidence("Post-LN needs warm-up (worse or trains at fewer rates without it)",
                    worse or shrinks)
     else:
-        f.evidence("Pre-LN does not (neither worse nor fewer rates without it)",
+        f.evidence("Pre-LN does not: without it, not shown worse by the margin (every seed and "
+                   "separate intervals: the comparison rule) and not at fewer rates — a "
+                   "difference not shown, not an equivalence shown",
                    not worse and not shrinks)
 
 
