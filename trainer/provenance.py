@@ -35,6 +35,11 @@ def git_dirty() -> bool:
     return bool(git("status", "--porcelain", "--untracked-files=no"))
 
 
+def short_sha(sha, digits: int = 7) -> str:
+    """A git commit's first ``digits`` hex digits, or "unknown"."""
+    return str(sha)[:digits] if sha else "unknown"
+
+
 def stamp_path(output: str | Path) -> Path:
     """Where the record of ``output`` (``NAME.csv``) lives: ``NAME.meta.json`` beside it."""
     return Path(output).with_suffix(".meta.json")
@@ -51,8 +56,7 @@ def commit_label(meta: dict | None) -> str:
     """``meta``'s commit as the findings page shows it: its first 12 hex digits, "unknown"
     without one, "(dirty)" after one whose tree was modified."""
     meta = meta or {}
-    sha = (meta.get("git_sha") or "unknown")[:12]
-    return f"`{sha}`{' (dirty)' if meta.get('git_dirty') else ''}"
+    return f"`{short_sha(meta.get('git_sha'), 12)}`{' (dirty)' if meta.get('git_dirty') else ''}"
 
 
 def read_stamp(output: str | Path) -> dict | None:

@@ -27,8 +27,8 @@ from pathlib import Path
 from trainer import rundir
 from trainer.atomic import read_json, write_json
 from trainer.config import ConfigError, load_config
-from trainer.provenance import git_dirty, git_sha
-from trainer.results.compare import VERDICT_FILE, WALL_CLOCK, compare_runs, short_sha, verdict
+from trainer.provenance import git_dirty, git_sha, short_sha
+from trainer.results.compare import VERDICT_FILE, WALL_CLOCK, compare_runs, verdict
 from trainer.results.run import Run, run_dirs
 
 def _check(run_dir: Path) -> Run:

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass
 
 from trainer import rundir
+from trainer.provenance import short_sha
 from trainer.results.run import Run
 
 EPS32 = 2.0 ** -23  # float32 machine epsilon
@@ -165,11 +166,6 @@ def compare_curves(orig: Run, new: Run, cmp: Comparison) -> Comparison:
                 cmp.check(name, step, ca.get(step, "missing"), cb.get(step, "missing"))
             del cmp.diffs[first + 1:]
     return cmp
-
-
-def short_sha(sha) -> str:
-    """A git commit's first 7 hex digits, or "unknown"."""
-    return str(sha)[:7] if sha else "unknown"
 
 
 def _accelerators(meta: dict) -> list[str]:
