@@ -143,6 +143,19 @@ def test_summarize_writes_no_lr_tables_without_an_lr_axis(tmp_path):
     assert (root / "summary.csv").exists() and not (root / "lr_sweep.csv").exists()
 
 
+def test_variants_each_at_their_own_single_rate_are_not_an_lr_sweep(tmp_path):
+    # lr differs across the group, but no variant has a second rate: a best-rate sub-sweep
+    one_each = {("layer", "pre"): {3e-3: ([2.1, 2.2], 5.5)},
+                ("layer", "post"): {1e-3: ([2.3], 5.5)}}
+    root = build(tmp_path / "best", one_each)
+    summarize(root, plots=False)
+    assert (root / "summary.csv").exists() and not (root / "lr_sweep.csv").exists()
+    second = {**one_each, ("layer", "post"): {1e-3: ([2.3], 5.5), 1e-2: ([2.6], 5.5)}}
+    root = build(tmp_path / "lr", second)
+    summarize(root, plots=False)
+    assert (root / "lr_sweep.csv").exists()
+
+
 # ---- the sweep spec's best_lr: ------------------------------------------------------------------
 
 def _spec(tmp_path: Path, best: str, grid: str = "  model.placement: [pre, post]\n",

@@ -44,8 +44,16 @@ def variant_keys(runs) -> list[str]:
 
 
 def varies_lr(runs) -> bool:
-    """Whether ``runs`` were trained at more than one learning rate."""
-    return LR_KEY in swept_keys(runs)
+    """Whether ``runs`` are a learning-rate sweep: some variant was trained at more than one
+    rate. A group whose variants each ran at its own single rate (a best-rate sub-sweep) is
+    not one: its "loss vs rate" would be one point per variant."""
+    if LR_KEY not in swept_keys(runs):
+        return False
+    keys = variant_keys(runs)
+    rates: dict[tuple, set] = {}
+    for run in runs:
+        rates.setdefault(tuple(value_of(run, k) for k in keys), set()).add(float(run.cfg.train.lr))
+    return any(len(r) > 1 for r in rates.values())
 
 
 def init_loss(run) -> float | None:

@@ -10,7 +10,8 @@ reads its config.yaml, summary.json and TensorBoard curves, and writes (atomical
 - ``summary.md``   the variant table with compact numbers: final eval loss
   ``mean ± 95 % half-width [min, max]``, best eval loss ``mean ± std``;
 - ``plots/*.png``  see :mod:`trainer.results.plots`;
-- only when the runs vary ``train.lr``: ``lr_sweep.csv``, ``lr_sweep.md`` and
+- only when some variant ran at more than one ``train.lr`` (:func:`varies_lr`):
+  ``lr_sweep.csv``, ``lr_sweep.md`` and
   ``plots/lr_sensitivity.png`` (each variant's best rate and LR sensitivity,
   :mod:`trainer.results.lr_sweep`).
 
