@@ -51,6 +51,15 @@ def test_heavy_tailed_maxima_are_judged_on_a_log_scale():
     assert not beyond({**values, 3: 0.005}, 0.01, "above", log=True)
 
 
+def test_values_of_exactly_zero_read_as_zero_on_a_log_scale():
+    """A per-token norm's |Δ logits| is exactly 0 on every seed: the page says so, not the
+    floor its logarithm is taken at; one positive seed brings the geometric mean back."""
+    zeros = interval({0: 0.0, 1: 0.0, 2: 0.0}.values(), log=True)
+    assert str(zeros) == "0 on every seed" and beyond({0: 0.0, 1: 0.0}, 1e-4, "below", log=True)
+    mixed = str(interval([0.0, 2e-6, 0.0], log=True))
+    assert "geometric" in mixed and mixed.endswith("[0, 2e-06]")
+
+
 def test_a_log_comparison_multiplies_by_its_margin():
     a, b = {0: 5.0, 1: 5.2, 2: 4.9}, {0: 1.0, 1: 1.1, 2: 0.95}
     assert above(a, b, log=True) and above(a, b, 2.0, log=True)

@@ -131,6 +131,8 @@ class Interval:
     def __str__(self) -> str:
         if self.n == 1:
             return _g(self.mean)
+        if self.log and self.max <= 0:  # no geometric mean, only the floor's: say what it is
+            return "0 on every seed"
         if self.log:
             return f"{_g(self.mean)} (geometric; 95 % {_g(self.lo)} … {_g(self.hi)}) [{_g(self.min)}, {_g(self.max)}]"
         return f"{_g(self.mean)} ± {_g(self.half)} [{_g(self.min)}, {_g(self.max)}]"
