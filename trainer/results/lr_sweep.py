@@ -47,13 +47,16 @@ def varies_lr(runs) -> bool:
     """Whether ``runs`` are a learning-rate sweep: some variant was trained at more than one
     rate. A group whose variants each ran at its own single rate (a best-rate sub-sweep) is
     not one: its "loss vs rate" would be one point per variant."""
-    if LR_KEY not in swept_keys(runs):
-        return False
-    keys = variant_keys(runs)
-    rates: dict[tuple, set] = {}
+    return any(len({float(r.cfg.train.lr) for r in members}) > 1
+               for members in _by_variant(runs, variant_keys(runs)).values())
+
+
+def _by_variant(runs, keys: list[str]) -> dict[tuple, list]:
+    """``runs`` grouped by their values of ``keys`` (see :func:`variant_keys`)."""
+    groups: dict[tuple, list] = {}
     for run in runs:
-        rates.setdefault(tuple(value_of(run, k) for k in keys), set()).add(float(run.cfg.train.lr))
-    return any(len(r) > 1 for r in rates.values())
+        groups.setdefault(tuple(value_of(run, k) for k in keys), []).append(run)
+    return groups
 
 
 def init_loss(run) -> float | None:
@@ -180,9 +183,7 @@ def lr_variants(runs, baselines: dict | None = None) -> list[LRVariant]:
     the palette's order, numbers ascending)."""
     keys = variant_keys(runs)
     bigram = (baselines or {}).get("bigram")
-    groups: dict[tuple, list] = {}
-    for run in runs:
-        groups.setdefault(tuple(value_of(run, k) for k in keys), []).append(run)
+    groups = _by_variant(runs, keys)
     order = {k: _ordered(k, (value_of(r, k) for r in runs)) for k in keys}
     out = []
     for combo in sorted(groups, key=lambda c: [order[k].index(v) for k, v in zip(keys, c)]):
