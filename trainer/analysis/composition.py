@@ -26,7 +26,6 @@ from trainer.config import ConfigError
 
 PARTNERS = 7  # rows besides the target: batches of 8 sequences
 SHORT = (8, 16)  # partners' real lengths in the SHORT batch, cycling through this range
-FLOOR = 1e-9  # the plot's floor on a log axis (a per-token norm's delta is exactly 0)
 
 
 def _cut(batch: dict, row: int, n: int, pad_id: int) -> dict:
@@ -79,7 +78,7 @@ def analyse(run_dir: Path, n: int) -> list[dict]:
 def plot(rows: list[dict], path: Path) -> None:
     """Max |Δ logits| per norm x mode, seeds as points, on a log axis floored at FLOOR."""
     from trainer.findings.thresholds import DEPENDENT_MIN, INVARIANT_MAX
-    from trainer.results.palette import NORM_COLORS
+    from trainer.results.palette import LOG_AXIS_FLOOR as FLOOR, NORM_COLORS
 
     norms = list(dict.fromkeys(r["norm"] for r in rows))
     fig, ax = subplots(figsize=(7.5, 4.2), constrained_layout=True)
@@ -97,7 +96,7 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.set_yscale("log")
     ax.set_ylim(FLOOR / 3, None)
     ax.set_xticks(range(len(norms)), norms)
-    ax.set_ylabel(f"max |Δ logits|, short vs long partners (floor {FLOOR:g})")
+    ax.set_ylabel(f"max |Δ logits|, short vs long partners (log; 0 drawn at {FLOOR:g})")
     ax.set_title("F8: the same sequence, partners of short vs full real length", loc="left")
     ax.legend(frameon=False)
     save_figure(fig, path)

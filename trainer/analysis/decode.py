@@ -123,14 +123,13 @@ def analyse(run_dir: Path, windows: int) -> list[dict]:
 
 
 def _points(ax, rows: list[dict], norms: list[str], key: str, filled: bool, label: str) -> None:
-    """One point per seed of ``key`` at each norm's x (0 drawn at LOG_FLOOR on a log axis)."""
-    from trainer.results.metrics import LOG_FLOOR
-    from trainer.results.palette import NORM_COLORS
+    """One point per seed of ``key`` at each norm's x (0 drawn at LOG_AXIS_FLOOR on a log axis)."""
+    from trainer.results.palette import LOG_AXIS_FLOOR, NORM_COLORS
 
     ax.scatter([], [], s=28, edgecolors="0.4", facecolors="0.4" if filled else "none",
                label=label)  # the legend's marker: grey, the norms' colours are on the axis
     for x, norm in enumerate(norms):
-        ys = [max(float(r[key]), LOG_FLOOR) if ax.get_yscale() == "log" else float(r[key])
+        ys = [max(float(r[key]), LOG_AXIS_FLOOR) if ax.get_yscale() == "log" else float(r[key])
               for r in rows if r["norm"] == norm and r[key] != ""]
         color = NORM_COLORS.get(norm, "k")
         ax.scatter([x + (0 if filled else 0.15)] * len(ys), ys, s=28, edgecolors=color,
@@ -141,6 +140,8 @@ def plot(rows: list[dict], path: Path) -> None:
     """Per norm, seeds as points: F15 streaming |Δ logits| (alone vs continuous batch), F15
     served loss at B = 1 (running statistics filled, batch statistics hollow), F16 |Δ logits|
     as the sequence grows (inference filled, training mode hollow)."""
+    from trainer.results.palette import LOG_AXIS_FLOOR
+
     norms = list(dict.fromkeys(r["norm"] for r in rows))
     fig, axes = subplots(1, 3, figsize=(14, 4.2), constrained_layout=True)
     for ax in (axes[0], axes[2]):
@@ -155,7 +156,8 @@ def plot(rows: list[dict], path: Path) -> None:
     axes[2].axhline(DEPENDENT_MIN, color="grey", ls="--", lw=1, label=f"{DEPENDENT_MIN:g}")
     titles = ("F15: a request alone vs in a continuous batch", "F15: served at batch 1",
               "F16: positions 0…t−1 from t vs 2t tokens")
-    ylabels = ("max |Δ logits|", "next-token test loss (nats)", "max |Δ logits|")
+    zero = f"max |Δ logits| (log; 0 drawn at {LOG_AXIS_FLOOR:g})"
+    ylabels = (zero, "next-token test loss (nats)", zero)
     for ax, title, ylabel in zip(axes, titles, ylabels):
         ax.set_xticks(range(len(norms)), norms, rotation=30)
         ax.set_title(title, loc="left", fontsize=10)

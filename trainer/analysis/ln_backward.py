@@ -100,7 +100,7 @@ def analyse(run_dir: Path, windows: int) -> list[dict]:
 def plot(rows: list[dict], path: Path) -> None:
     """Per block, each formula's max error / max |autodiff| (seeds as faint lines, log scale),
     with ``FORMULA_TOL``; and the share of the term the short formula drops."""
-    from trainer.results.metrics import LOG_FLOOR
+    from trainer.results.palette import LOG_AXIS_FLOOR
 
     fig, axes = subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     looks = (("short_error", "short: (1/σ)(g − mean g)", "#d62728"),
@@ -109,7 +109,7 @@ def plot(rows: list[dict], path: Path) -> None:
     for ax, (key, label, color) in zip((axes[0], axes[0], axes[1]), looks):
         by_run: dict = {}
         for r in rows:
-            by_run.setdefault(r["run"], {})[int(r["block"])] = max(float(r[key]), LOG_FLOOR)
+            by_run.setdefault(r["run"], {})[int(r["block"])] = max(float(r[key]), LOG_AXIS_FLOOR)
         for k, curve in enumerate(by_run.values()):
             blocks = sorted(curve)
             ax.plot(blocks, [curve[b] for b in blocks], "-o", color=color, alpha=0.5, lw=1,

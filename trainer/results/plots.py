@@ -26,13 +26,12 @@ from matplotlib.lines import Line2D
 from trainer.atomic import save_figure, subplots
 from trainer.rundir import EVAL, TRAIN
 from trainer.results.metrics import final_probe, gap
-from trainer.results.palette import Sweep
+from trainer.results.palette import LOG_AXIS_FLOOR as FLOOR, Sweep
 from trainer.results.series import (before_divergence, by_block, finite_points, mean_curve,
                                     positive, spikes)
 
 DPI = 120
 MAX_WIDTH_PX = 2400  # readable on a laptop screen and in a Git host's page without zooming
-FLOOR = 1e-9  # batch invariance is 0 (or float noise) for per-token norms: plotted at this floor
 FAINT = dict(lw=0.8, alpha=0.3)
 BOLD = dict(lw=2.0, alpha=1.0)
 NAMES = ("loss", "grad_norm_by_block", "token_std_by_depth", "invariance_and_gap",
