@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import NORM_RUNS_GROUP, TINY, run_cli
 from trainer.config import load_config
+from trainer.provenance import git_dirty
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,7 +75,7 @@ def test_an_analysis_records_the_commit_that_made_it(runs, tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
         meta = json.loads((tmp_path / f"{name}.meta.json").read_text())
         assert meta["git_sha"] == git("rev-parse", "HEAD")
-        assert meta["git_dirty"] == bool(git("status", "--porcelain", "--untracked-files=no"))
+        assert meta["git_dirty"] == git_dirty()
         assert meta["command"] == ["analyze", *args]
     failed = tmp_path / "failed"
     assert run_cli("analyze", "padding", str(runs["layer"]), "--out", str(failed)).returncode == 2
@@ -190,3 +191,27 @@ def test_padding_analysis_rejects_a_run_without_batch_norm(runs, tmp_path):
                           timeout=300)
     assert proc.returncode == 2 and "batch norms" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_git_dirty_means_the_code_changed_not_the_committed_results(tmp_path):
+    """A modified tracked file outside results/ makes a tree dirty; a rewritten committed result
+    (an analysis rerun over its own outputs) and an untracked file do not."""
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, check=True)
+
+    git("init", "-q")
+    for rel in ("trainer/x.py", "results/reference/analysis/a.csv", "configs/c.yaml"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("0\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    assert not git_dirty(tmp_path)
+    (tmp_path / "results/reference/analysis/a.csv").write_text("1\n")
+    (tmp_path / "untracked.py").write_text("")
+    assert not git_dirty(tmp_path)
+    assert not git_dirty(tmp_path / "trainer")  # asked from a subfolder, the rule is the same
+    for rel in ("trainer/x.py", "configs/c.yaml"):
+        (tmp_path / rel).write_text("1\n")
+        assert git_dirty(tmp_path / "trainer"), rel
+        git("checkout", "-q", rel)
+

@@ -15,9 +15,10 @@ from pathlib import Path
 from trainer.atomic import read_json, write_json
 
 
-def git(*args: str) -> str:
-    """``git ARGS`` run in this package's checkout; "" when git or the checkout is missing."""
-    here = Path(__file__).resolve().parent
+def git(*args: str, cwd: str | Path | None = None) -> str:
+    """``git ARGS`` run in this package's checkout (or ``cwd``'s); "" when git or the checkout is
+    missing."""
+    here = Path(cwd) if cwd is not None else Path(__file__).resolve().parent
     try:
         return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
@@ -30,9 +31,13 @@ def git_sha() -> str | None:
     return git("rev-parse", "HEAD") or None
 
 
-def git_dirty() -> bool:
-    """Whether tracked files differ from HEAD (untracked files do not change the code)."""
-    return bool(git("status", "--porcelain", "--untracked-files=no"))
+def git_dirty(cwd: str | Path | None = None) -> bool:
+    """Whether tracked files outside ``results/`` differ from HEAD: the code, configs and scripts.
+    Untracked files do not change the code, and neither do the committed results a command is
+    rewriting (an analysis rerun into ``results/reference/analysis`` modifies tracked outputs
+    before its own stamp is written)."""
+    return bool(git("status", "--porcelain", "--untracked-files=no", "--",
+                    ":(top)", ":(top,exclude)results", cwd=cwd))
 
 
 def short_sha(sha, digits: int = 7) -> str:
