@@ -290,6 +290,29 @@ def test_the_page_shows_every_claim_its_setting_parts_and_the_rate_table(base):
     assert "Verdict: checks only" in text  # F13
 
 
+def test_an_analysis_claims_setting_names_the_runs_its_csv_was_made_from(base, tmp_path):
+    """F12 reads only analysis/stream.csv: its setting line names the runs on the command line
+    of the CSV's stamp (a reproduced checkpoint under runs/ckpt/ as the run it reproduces),
+    with their rates and seed counts, and nothing else; without a stamp it names the CSV only."""
+    import json
+
+    root = tmp_path / "reference"
+    shutil.copytree(base, root)
+    ln, nores = (f"norm=layer,residual={r},placement=pre,warmup_steps=50"
+                 for r in ("true", "false"))
+    assert CLAIMS["F12"](Reference(root)).used == {}
+    best = "results/reference/best"
+    command = ["analyze", "stream", f"{best}/{ln}", f"{best}/{ln},seed=1",
+               f"runs/ckpt/best/{nores},seed=2", f"{best}/no-such-run", "--out", "x"]
+    (root / "analysis" / "stream.meta.json").write_text(json.dumps({"command": command}))
+    finding = CLAIMS["F12"](Reference(root))
+    assert sorted(r.name for r in finding.used["best"]) == [
+        f"best/{nores},seed=2", f"best/{ln}", f"best/{ln},seed=1"]
+    setting = P.section_setting(finding)
+    assert f"`{ln}` lr " in setting and " (2 seeds)" in setting and " (1 seed)" in setting
+    assert setting.endswith("— `analysis/stream.csv`.") and "norm=batch" not in setting
+
+
 def test_committed_findings_are_generated_from_the_committed_runs(monkeypatch):
     """results/README.md is exactly what the findings command computes from results/reference,
     and measuring every claim reads each event directory at most once."""

@@ -110,11 +110,23 @@ class Reference:
             finding.missing.append(relpath)
             return []
         finding.files.append(relpath)
+        for run in self._runs_read(path):  # for the setting line: the runs it read, their rates
+            finding.used.setdefault(Path(run.name).parts[0], []).append(run)
         with open(path, newline="") as fh:
             rows = list(csv.DictReader(fh))
         for row in rows:
             row["seed"] = int(row["seed"])
         return rows
+
+    def _runs_read(self, output: Path) -> list:
+        """The reference runs an analysis output was made from: the run directories on the
+        command line of its stamp (``NAME.meta.json``), matched by their last two path parts
+        (GROUP/RUN), so a checkpoint reproduced elsewhere (``runs/ckpt/GROUP/RUN``) counts as
+        the committed run it reproduces."""
+        by_name = {run.name: run for run in self.runs}
+        args = (read_stamp(output) or {}).get("command", [])
+        return [by_name[key] for key in ("/".join(Path(a).parts[-2:]) for a in args)
+                if key in by_name]
 
     def git_shas(self, group: str | None = None) -> list[str]:
         """The commits the runs (of ``group``, or all) were made from (``commit_label``:
