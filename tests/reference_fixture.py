@@ -161,7 +161,7 @@ def write_best(root: Path, change, best: dict, seeds) -> None:
             if v is None:
                 continue
             j = 0.001 * seed
-            summary = _summary(v["loss"] + j, v["loss"] + j, probes={
+            summary = _summary(v["loss"] + j, v["loss"] + j, pad_fraction=0.06, probes={
                 "probe/batch_invariance": v["invariance"] * (1 + 0.1 * seed)})
             if v["train_mode"] is not None:
                 summary["final_test_loss_train_mode"] = v["train_mode"] + j

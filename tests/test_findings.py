@@ -58,6 +58,11 @@ def test_every_claim_shows_on_the_healthy_set(healthy):
     assert verdicts(healthy) == expected, {c: (f.parts, f.missing) for c, f in healthy.items()
                                            if f.verdict != expected[c]}
     assert all(not p.control for p in healthy["S"].parts)
+    printed = [(c, line) for c, f in healthy.items() if c not in ("F13", "F18")
+               for line in f.lines]  # F13 and F18 show the NaN of LN at ε = 0 on purpose
+    assert not [(c, line) for c, line in printed if "nan" in line.lower()]  # a missing number
+    assert "pad fraction of the training stream: bucketed 6.0%, pad_to_max 12.0%, small_batch " \
+           "8.0%" in healthy["F9"].lines
     assert [p.control for p in healthy["F2"].parts] == [True, False, False]
 
 

@@ -28,9 +28,9 @@ from trainer.config import ConfigError, load_config
 from trainer.findings.thresholds import POLLUTION_MIN
 from trainer.rundir import CONFIG
 
-# The three ways of batching the same training stream, and the sub-sweep each condition's
-# losses come from (F9).
-CONDITIONS = {"bucketed": "grid", "pad_to_max": "pad_to_max", "small_batch": "small_batch"}
+# The three ways of batching the same training stream (which sub-sweep trained with each is the
+# findings' business: trainer.findings.batch.TRAINED_IN).
+CONDITIONS = ("bucketed", "pad_to_max", "small_batch")
 SMALL_BUDGET = 256  # tokens per batch of the small_batch condition (its sub-sweep's value)
 
 

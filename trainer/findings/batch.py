@@ -32,6 +32,9 @@ from trainer.findings.thresholds import (DEPENDENT_MIN, FLAT_MAX, INVARIANT_MAX,
                                          POLLUTION_MIN, SMALL_BATCH_GAP)
 from trainer.results.metrics import beyond, final_test_loss_precise_bn
 
+# The sub-sweep whose runs trained with each of the padding analysis' batchings (F9's pad share)
+TRAINED_IN = {"bucketed": GROUP, "pad_to_max": "pad_to_max", "small_batch": "small_batch"}
+
 
 def f7(ref: Reference) -> Finding:
     f = Finding("F7", """BN's output depends on the batch size in training mode and not with its
@@ -150,7 +153,7 @@ def f9(ref: Reference) -> Finding:
     for (g, n), v in loss.items():
         f.lines.append(line(f"test loss, {n}, {g}", v))
     f.lines.append("pad fraction of the training stream: " + ", ".join(
-        f"{c} {ref.pad_fraction(g):.1%}" for c, g in CONDITIONS.items()))
+        f"{c} {ref.pad_fraction(TRAINED_IN[c]):.1%}" for c in CONDITIONS))
     f.control("more pads, more shift (the shift is proportional to the pad share)",
               all(shift["pad_to_max"][s] > shift["bucketed"].get(s, float("inf"))
                   for s in shift["pad_to_max"]))
