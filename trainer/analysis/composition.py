@@ -76,15 +76,15 @@ def analyse(run_dir: Path, n: int) -> list[dict]:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    """Max |Δ logits| per norm x mode, seeds as points, on a log axis floored at FLOOR."""
+    """Max |Δ logits| per norm x mode, seeds as points, on a log axis floored at LOG_AXIS_FLOOR."""
     from trainer.findings.thresholds import DEPENDENT_MIN, INVARIANT_MAX
-    from trainer.results.palette import LOG_AXIS_FLOOR as FLOOR, NORM_COLORS
+    from trainer.results.palette import LOG_AXIS_FLOOR, NORM_COLORS
 
     norms = list(dict.fromkeys(r["norm"] for r in rows))
     fig, ax = subplots(figsize=(7.5, 4.2), constrained_layout=True)
     for i, norm in enumerate(norms):
         for j, (mode, marker) in enumerate((("train", "o"), ("inference", "s"))):
-            ys = [max(r["max_abs_delta"], FLOOR) for r in rows
+            ys = [max(r["max_abs_delta"], LOG_AXIS_FLOOR) for r in rows
                   if r["norm"] == norm and r["mode"] == mode]
             x = i + (j - 0.5) * 0.3
             ax.scatter([x] * len(ys), ys, marker=marker, color=NORM_COLORS.get(norm, "k"),
@@ -94,9 +94,9 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.axhline(INVARIANT_MAX, color="0.4", ls=":", lw=1, label="invariant below")
     ax.axhline(DEPENDENT_MIN, color="0.4", ls="--", lw=1, label="dependent above")
     ax.set_yscale("log")
-    ax.set_ylim(FLOOR / 3, None)
+    ax.set_ylim(LOG_AXIS_FLOOR / 3, None)
     ax.set_xticks(range(len(norms)), norms)
-    ax.set_ylabel(f"max |Δ logits|, short vs long partners (log; 0 drawn at {FLOOR:g})")
+    ax.set_ylabel(f"max |Δ logits|, short vs long partners (log; 0 drawn at {LOG_AXIS_FLOOR:g})")
     ax.set_title("F8: the same sequence, partners of short vs full real length", loc="left")
     ax.legend(frameon=False)
     save_figure(fig, path)

@@ -44,6 +44,7 @@ class Reference:
         self._values: dict[Path, dict] = {}
         for run in self.runs:
             self.groups.setdefault(Path(run.name).parts[0], []).append(run)
+        self._by_name = {run.name: run for run in self.runs}
 
     def values(self, run) -> dict:
         """``_flat`` of ``run``, read once."""
@@ -123,10 +124,9 @@ class Reference:
         command line of its stamp (``NAME.meta.json``), matched by their last two path parts
         (GROUP/RUN), so a checkpoint reproduced elsewhere (``runs/ckpt/GROUP/RUN``) counts as
         the committed run it reproduces."""
-        by_name = {run.name: run for run in self.runs}
         args = (read_stamp(output) or {}).get("command", [])
-        return [by_name[key] for key in ("/".join(Path(a).parts[-2:]) for a in args)
-                if key in by_name]
+        return [self._by_name[key] for key in ("/".join(Path(a).parts[-2:]) for a in args)
+                if key in self._by_name]
 
     def git_shas(self, group: str | None = None) -> list[str]:
         """The commits the runs (of ``group``, or all) were made from (``commit_label``:

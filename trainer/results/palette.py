@@ -31,12 +31,13 @@ NORM_COLORS = {
     "none": "#7f7f7f",
 }
 
-# A log axis cannot draw 0, and a per-token norm's invariance deltas are exactly 0: every figure
-# draws 0 (and float noise below it) at this floor and says so on the axis.
-LOG_AXIS_FLOOR = 1e-9
 NORM_SHORT = {"layer": "LN", "batch": "BN", "masked_batch": "mBN", "sync_batch": "sBN",
               "rms": "RMS", "dyt": "DyT", "none": "no-norm"}
 UNKNOWN_COLOR = "#17becf"  # a norm added to the registry but not yet here: visible, not a crash
+
+# A log axis cannot draw 0, and a per-token norm's invariance deltas are exactly 0: every figure
+# draws 0 (and float noise below it) at this floor and says so on the axis.
+LOG_AXIS_FLOOR = 1e-9
 
 # Keys whose values read as words: value -> short word.
 VALUE_SHORT = {

@@ -26,7 +26,7 @@ from matplotlib.lines import Line2D
 from trainer.atomic import save_figure, subplots
 from trainer.rundir import EVAL, TRAIN
 from trainer.results.metrics import final_probe, gap
-from trainer.results.palette import LOG_AXIS_FLOOR as FLOOR, Sweep
+from trainer.results.palette import LOG_AXIS_FLOOR, Sweep
 from trainer.results.series import (before_divergence, by_block, finite_points, mean_curve,
                                     positive, spikes)
 
@@ -276,9 +276,9 @@ def invariance_figure(sweep: Sweep, baselines=None):
                                    layout="constrained", gridspec_kw={"width_ratios": [3, 2]})
     any_inv = any_gap = False
     for y, v in enumerate(variants):
-        train_mode = [max(x, FLOOR) if x is not None else None
+        train_mode = [max(x, LOG_AXIS_FLOOR) if x is not None else None
                       for x in (final_probe(r, "probe/batch_invariance") for r in v.runs)]
-        inference = [max(x, FLOOR) if x is not None else None
+        inference = [max(x, LOG_AXIS_FLOOR) if x is not None else None
                      for x in (final_probe(r, "probe/batch_invariance_inference")
                                for r in v.runs)]
         # Side by side in the row: both are at the floor for per-token norms and would hide.
@@ -297,14 +297,15 @@ def invariance_figure(sweep: Sweep, baselines=None):
     if any_inv:
         ax1.set_xscale("log")
         # Always show the floor and 1 on the axis, so "all at the floor" reads as zero.
-        ax1.set_xlim(FLOOR / 3, max(10.0, 3 * ax1.dataLim.x1))
-        ax1.axvline(FLOOR, color="grey", lw=0.8, ls=":")
+        ax1.set_xlim(LOG_AXIS_FLOOR / 3, max(10.0, 3 * ax1.dataLim.x1))
+        ax1.axvline(LOG_AXIS_FLOOR, color="grey", lw=0.8, ls=":")
     else:
         _empty(ax1, "probe/batch_invariance")
     if not any_gap:
         _empty(ax2, "train/inference gap")
     ax2.axvline(0, color="black", lw=0.8)
-    ax1.set_xlabel(f"max |Δ logits|, batched vs alone (log; 0 drawn at {FLOOR:g})", fontsize=9)
+    ax1.set_xlabel(f"max |Δ logits|, batched vs alone (log; 0 drawn at {LOG_AXIS_FLOOR:g})",
+                   fontsize=9)
     ax1.set_title("batch invariance", fontsize=10)
     ax2.set_xlabel("eval loss: inference − train-mode BN (nats)", fontsize=9)
     ax2.set_title("train/inference gap", fontsize=10)
