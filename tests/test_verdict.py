@@ -64,3 +64,25 @@ def test_a_log_comparison_multiplies_by_its_margin():
     a, b = {0: 5.0, 1: 5.2, 2: 4.9}, {0: 1.0, 1: 1.1, 2: 0.95}
     assert above(a, b, log=True) and above(a, b, 2.0, log=True)
     assert not above(a, b, 5.0, log=True)
+
+
+@pytest.mark.parametrize("center,spread", [(3.2047, 1e-3), (2.0, 1e-4), (0.02, 0.5),
+                                           (1e4, 3.0), (-1.5, 2e-3)])
+def test_an_interval_prints_to_its_resolution(center, spread):
+    """Mean and range are printed finely enough to read within a tenth of the half-width and
+    to tell the smallest seed from the largest (3.2047 ± 0.0025 is not "3.2 [3.2, 3.2]")."""
+    iv = interval([center - spread, center, center + spread])
+    mean_s, rest = str(iv).split(" ± ")
+    lo_s, hi_s = rest.split("[", 1)[1].rstrip("]").split(", ")
+    assert lo_s != hi_s
+    for shown, value in ((mean_s, iv.mean), (lo_s, iv.min), (hi_s, iv.max)):
+        assert abs(float(shown) - value) <= iv.half / 10, (shown, value, iv.half)
+
+
+def test_a_geometric_interval_prints_to_its_resolution():
+    iv = interval([1.000, 1.004, 1.008], log=True)
+    text = str(iv)
+    lo_s, hi_s = text.split("95 % ", 1)[1].split(")", 1)[0].split(" … ")
+    seeds = text.rsplit("[", 1)[1].rstrip("]").split(", ")
+    assert lo_s != hi_s and seeds[0] != seeds[1], text
+    assert abs(float(lo_s) - iv.lo) <= (iv.hi - iv.lo) / 10

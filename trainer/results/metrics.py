@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 from scipy import stats
 
@@ -133,15 +134,24 @@ class Interval:
             return _g(self.mean)
         if self.log and self.max <= 0:  # no geometric mean, only the floor's: say what it is
             return "0 on every seed"
+        # mean, ends and range to the interval's resolution, so that 3.2047 ± 0.0018 does not
+        # print as "3.2 ± 0.0018 [3.2, 3.2]"
         if self.log:
-            return f"{_g(self.mean)} (geometric; 95 % {_g(self.lo)} … {_g(self.hi)}) [{_g(self.min)}, {_g(self.max)}]"
-        return f"{_g(self.mean)} ± {_g(self.half)} [{_g(self.min)}, {_g(self.max)}]"
+            g = partial(_g, step=self.hi - self.lo)
+            return f"{g(self.mean)} (geometric; 95 % {g(self.lo)} … {g(self.hi)}) [{g(self.min)}, {g(self.max)}]"
+        g = partial(_g, step=self.half)
+        return f"{g(self.mean)} ± {_g(self.half)} [{g(self.min)}, {g(self.max)}]"
 
 
-def _g(x: float) -> str:
+def _g(x: float, step: float = 0.0) -> str:
+    """``x`` to 3 significant digits, or more (up to 6) until its last digit is at the second
+    significant digit of ``step`` (an interval's half-width: the value's resolution)."""
     if math.isinf(x):
         return "∞" if x > 0 else "-∞"
-    return f"{x:.3g}"
+    digits = 3
+    if x != 0 and math.isfinite(step) and step > 0:
+        digits = min(6, max(3, math.floor(math.log10(abs(x))) - math.floor(math.log10(step)) + 2))
+    return f"{x:.{digits}g}"
 
 
 def _logs(xs: list[float]) -> list[float]:
