@@ -237,6 +237,19 @@ def test_the_plateau_part_of_f14_is_never_vacuous(base, tmp_path):
     assert [p.shown for p in parts] == [None, False]
 
 
+def test_f14_names_unsaturated_plateau_alphas_even_when_inconclusive(base, tmp_path):
+    """No α trains (inconclusive, as pre-registered), and the α at the plateau whose tanh is not
+    saturated are still listed: here α = 0.05 on one seed only, so it is listed and α = 0.2 not."""
+    change = combine(changing("dyt", lambda k: True, loss=PLATEAU),
+                     changing("dyt", lambda k: k[0] != 0.05, saturation=0.9),
+                     changing("dyt", lambda k: k == (0.05, 1), saturation=0.9),
+                     changing("dyt", lambda k: k == (0.05, 0), saturation=0.0))
+    got = measured(tmp_path / "reference", change, ["F14"], base=base)["F14"]
+    assert got.verdict == "inconclusive"
+    assert any(x.startswith("at the plateau with final saturation") and x.endswith("α ∈ {0.05}")
+               for x in got.lines), got.lines
+
+
 def test_pre_ln_needing_warm_up_fails_its_part(base, tmp_path):
     change = changing("best", lambda k: k[0] == ("layer", "true", "pre", 0), loss=2.1 + 0.2)
     got = measured(tmp_path / "reference", change, ["F6"], base=base)["F6"]
