@@ -85,4 +85,4 @@ def test_a_geometric_interval_prints_to_its_resolution():
     lo_s, hi_s = text.split("95 % ", 1)[1].split(")", 1)[0].split(" … ")
     seeds = text.rsplit("[", 1)[1].rstrip("]").split(", ")
     assert lo_s != hi_s and seeds[0] != seeds[1], text
-    assert abs(float(lo_s) - iv.lo) <= (iv.hi - iv.lo) / 10
+    assert abs(float(lo_s) - iv.lo) <= (iv.hi - iv.lo) / 20
