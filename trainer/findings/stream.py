@@ -171,9 +171,9 @@ def f14(ref) -> Finding:
                    f"below bigram: α ∈ {{{', '.join(map(str, below))}}}")
     # shown whatever the verdict: with no α below bigram the parts cannot be judged
     # (pre-registered), but an unsaturated α at the plateau is still worth seeing
-    idle = [a for a in plateau if not _at_least(sat[a], SATURATED_MIN)]
+    unsaturated = [a for a in plateau if not _at_least(sat[a], SATURATED_MIN)]
     f.lines.append(f"at the plateau with final saturation < {SATURATED_MIN} on some seed: "
-                   f"α ∈ {{{', '.join(map(str, idle))}}}")
+                   f"α ∈ {{{', '.join(map(str, unsaturated))}}}")
     if not below:
         f.evidence("DyT trains at some α", None, "no α ends below bigram at its best rate")
         return f

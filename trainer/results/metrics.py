@@ -134,12 +134,11 @@ class Interval:
             return _g(self.mean)
         if self.log and self.max <= 0:  # no geometric mean, only the floor's: say what it is
             return "0 on every seed"
-        # mean, ends and range to the interval's resolution, so that 3.2047 ± 0.0018 does not
-        # print as "3.2 ± 0.0018 [3.2, 3.2]"
+        # mean, ends and range to the interval's resolution (its half-width, in value units for
+        # both kinds), so that 3.2047 ± 0.0018 does not print as "3.2 ± 0.0018 [3.2, 3.2]"
+        g = partial(_g, step=(self.hi - self.lo) / 2)
         if self.log:
-            g = partial(_g, step=(self.hi - self.lo) / 2)
             return f"{g(self.mean)} (geometric; 95 % {g(self.lo)} … {g(self.hi)}) [{g(self.min)}, {g(self.max)}]"
-        g = partial(_g, step=self.half)
         return f"{g(self.mean)} ± {_g(self.half)} [{g(self.min)}, {g(self.max)}]"
 
 
