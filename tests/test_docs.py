@@ -87,3 +87,17 @@ def test_ci_runs_the_readme_test_command_and_the_slow_tier_it_leaves_out():
     assert test_cmd in ci
     if '-m "not slow"' in test_cmd:
         assert test_cmd.replace('-m "not slow"', "-m slow") in ci
+
+
+def test_every_reference_part_named_in_code_is_one_the_script_takes():
+    """A "not run yet" line tells the user which `scripts/reference.sh` parts make the missing
+    runs; each name it gives must be a part of the script's own usage line."""
+    script = (ROOT / "scripts" / "reference.sh").read_text(encoding="utf-8")
+    usage = re.search(r"^#\s+PART:(.*\n(?:#\s{4,}.*\n)*)", script, flags=re.M).group(1)
+    parts = set(usage.replace("#", " ").split())
+    named = [(path.name, p) for path in (ROOT / "trainer").rglob("*.py")
+             for cmd in re.findall(r"scripts/reference\.sh((?: [a-z_0-9]+)+)",
+                                   path.read_text(encoding="utf-8"))
+             for p in cmd.split()]
+    assert named, "no `scripts/reference.sh PART` in trainer/: this test reads nothing"
+    assert [n for n in named if n[1] not in parts] == []

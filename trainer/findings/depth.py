@@ -71,7 +71,7 @@ def f11(ref: Reference) -> Finding:
                 plot="depth/plots/loss_by_depth.png")
     ds = depths(ref)
     if len(ds) < 2:
-        f.missing.append("depth: runs at 2 and 12 blocks (scripts/reference.sh depth_2 depth_12)")
+        f.missing.append("depth: runs at 2 and 12 blocks (scripts/reference.sh depth_lr depth)")
         return f
     lo, hi = ds[0], ds[-1]
     at = {(name, d): losses(ref, f, want, d) for name, want in VARIANTS for d in (lo, hi)}
