@@ -14,6 +14,7 @@ import pytest
 
 from tests.reference_fixture import (BASELINES, DEPTH, LR_TABLE, RATE_GRID, build, changing,
                                      combine)
+from trainer.findings import history
 from trainer.findings import page as P
 from trainer.findings import thresholds as F
 from trainer.findings.reference import Reference
@@ -342,8 +343,36 @@ def test_committed_findings_are_generated_from_the_committed_runs(monkeypatch):
     monkeypatch.setattr(run_module, "read_scalars", lambda d: reads.update([str(d)]) or real(d))
     root = Path(__file__).resolve().parents[1] / "results"
     ref = Reference(root / "reference")
-    assert P.render_page(ref, P.measure(ref)) == (root / "README.md").read_text()
+    found = P.measure(ref)
+    assert P.render_page(ref, found) == (root / "README.md").read_text()
     assert max(reads.values(), default=1) == 1
+    # every verdict that differs from the archived page says why, and no reason is stale
+    assert history.changed(found, history.archived_verdicts(root)) == set(history.WHY)
+
+
+def test_a_section_says_how_its_verdict_changed_from_the_archived_page(base, tmp_path):
+    """With an archived page beside the reference, each judged section names the archived
+    verdict: unchanged, changed (with the recorded reason, or a line saying none was recorded),
+    or a claim the archive did not have; without an archive no section mentions one."""
+    ref = Reference(base)
+    found = P.measure(ref)
+    now = {f.id: f.verdict for f in found}
+    assert "archived page" not in P.render_page(ref, found)
+    root = tmp_path / "results"
+    shutil.copytree(base, root / "reference")
+    same, other = "F1", "F4"
+    flipped = "no" if now[other] != "no" else "yes"
+    (root / history.ARCHIVE).mkdir(parents=True)
+    (root / history.ARCHIVE / "README.md").write_text(
+        f"# old\n\n## {same}\n\nVerdict: {P.VERDICTS[now[same]]}. Falsified by: x.\n\n"
+        f"## {other}\n\n- ✓ a part\n\nVerdict: {P.VERDICTS[flipped]}. Falsified by: y.\n")
+    assert history.archived_verdicts(root) == {same: now[same], other: flipped}
+    text = P.render_page(Reference(root / "reference"), found)
+    section = {s.split("\n", 1)[0]: s for s in text.split("\n## ")[1:]}
+    assert f"): {P.VERDICTS[now[same]]}, unchanged." in section[same]
+    assert (f"Changed from {P.VERDICTS[flipped]} on the archived page" in section[other]
+            and "no reason recorded in trainer/findings/history.py" in section[other])
+    assert "Not on the archived page" in section["F2"]
 
 
 def test_a_diverged_run_counts_as_infinitely_bad(base, tmp_path):

@@ -7,7 +7,9 @@ TensorFlow).
 - ``thresholds``: every threshold, with its reason;
 - ``claim``: the ``Finding`` record and its formatting;
 - ``reference``: the reference runs as one object, looked up by config values;
-- ``core`` (S, F1-F7), ``batch`` (F8, F9), ``depth`` (F11), ``ln`` (F13), ``stream`` (F10, F12,
-  F14): one function per claim;
-- ``page``: results/README.md; ``figures``: the claims' own figures.
+- ``core`` (S, F1-F4), ``dynamics`` (F5, F6), ``batch`` (F7-F9), ``stream`` (F10, F12, F14),
+  ``depth`` (F11), ``ln`` (F13), ``inference`` (F15-F19): one function per claim;
+- ``lr``: the learning-rate table (best rate and sensitivity per variant);
+- ``page``: results/README.md; ``figures``, ``figures_best``: the claims' own figures;
+  ``history``: each verdict against the archived page's, with the reason it changed.
 """

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from trainer.atomic import write_text
-from trainer.findings import batch, core, depth, dynamics, inference, ln, lr, stream
+from trainer.findings import batch, core, depth, dynamics, history, inference, ln, lr, stream
 from trainer.findings.claim import Finding
 from trainer.findings.reference import Reference
 from trainer.results import baselines as bl
@@ -165,6 +165,7 @@ def render_page(ref, findings) -> str:
     for f in findings:
         lines.append(f"| [{f.id}](#{f.id.lower()}) | {_cell(f.claim)} | {VERDICTS[f.verdict]} | "
                      f"{_cell(f.falsifier)} |")
+    archived = history.archived_verdicts(ref.root.parent)
     for f in findings:
         lines += ["", f"## {f.id}", "", f"**{f.claim}.**", "", f"Metric: {f.metric}.", ""]
         if f.missing:
@@ -174,6 +175,8 @@ def render_page(ref, findings) -> str:
             lines += [f"- {line}" for line in f.lines]
             lines += [""] + [_part(p) for p in f.parts]
         lines += ["", f"Verdict: {VERDICTS[f.verdict]}. Falsified by: {f.falsifier}."]
+        was = history.note(f, archived, VERDICTS)
+        lines += ["", was] if was else []
         lines += [x for plot in f.plots if (ref.root / plot).is_file()
                   for x in ("", f"![{f.id}]({name}/{plot})")]
     lines += ["", "## Runs at the plateau", "", *_plateau(ref),
