@@ -73,7 +73,10 @@ class Finding:
         return verdict(self.parts, bool(self.missing))
 
 
-VERDICTS = ("yes", "partly", "no", "inconclusive", "checks only", "not run")
+# Every verdict ``verdict`` returns, as results/README.md writes it (the ones to look at in bold).
+VERDICTS = {"yes": "yes", "partly": "**partly**", "no": "**no**",
+            "inconclusive": "**inconclusive**", "checks only": "checks only",
+            "not run": "not run yet"}
 
 
 def verdict(parts: list[Part], missing: bool = False) -> str:

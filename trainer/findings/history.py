@@ -1,9 +1,9 @@
 """Each claim's verdict on the archived page, and why it changed.
 
 The first reference (every variant at lr 6e-3, verdicts on the validation split, controls counted
-as evidence) is archived with its page under ``results/ARCHIVE``. A section whose verdict differs from the
-archived one says from what to what, and why (``WHY``, written by hand when the new verdict came
-in); a claim the archived page did not have says so. Only the archived page's verdict lines are
+as evidence) is archived with its page under ``results/ARCHIVE``. A section whose verdict
+differs from the archived one says from what to what, and why (``WHY``, written by hand when the
+new verdict came in); a claim the archived page did not have says so. Only the archived page's verdict lines are
 read: none of its numbers enters a verdict here.
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from trainer.findings.claim import VERDICTS
 
 ARCHIVE = Path("archive") / "reference-2026-11-lr6e-3"  # under results/, beside the reference
 ARCHIVE_SETTING = "every variant at lr 6e-3, validation split"
@@ -43,8 +45,8 @@ WHY = {
         and still none ends below bigram, the pre-registered inconclusive condition""",
 }
 
-_VERDICT = re.compile(r"^Verdict: \**(yes|partly|no|inconclusive|checks only|not run yet)\**\.",
-                      re.M)
+_VERDICT = re.compile(r"^Verdict: (.+?)\. Falsified by", re.M)  # as page.render_page writes it
+_FROM_TEXT = {text: key for key, text in VERDICTS.items()}
 
 
 def archived_verdicts(results: Path) -> dict[str, str]:
@@ -57,8 +59,9 @@ def archived_verdicts(results: Path) -> dict[str, str]:
     for section in re.split(r"^## ", page.read_text(encoding="utf-8"), flags=re.M)[1:]:
         cid, _, body = section.partition("\n")
         found = _VERDICT.search(body)
-        if found:
-            out[cid.strip()] = found.group(1).replace("not run yet", "not run")
+        verdict = _FROM_TEXT.get(found.group(1)) if found else None
+        if verdict:
+            out[cid.strip()] = verdict
     return out
 
 
@@ -68,16 +71,16 @@ def changed(findings, archived: dict[str, str]) -> set[str]:
             if f.id in archived and f.verdict != "not run" and f.verdict != archived[f.id]}
 
 
-def note(f, archived: dict[str, str], verdicts: dict[str, str]) -> str:
+def note(f, archived: dict[str, str]) -> str:
     """The section's line on the archived verdict ("" while the claim is not run, or without an
     archived page)."""
     if f.verdict == "not run" or not archived:
         return ""
     if f.id not in archived:
         return "Not on the archived page: a claim of this reference."
-    was = verdicts[archived[f.id]]
-    if f.verdict == archived[f.id]:
+    was = VERDICTS[archived[f.id]]
+    if not changed([f], archived):
         return f"Archived page ({ARCHIVE_SETTING}): {was}, unchanged."
     why = " ".join(WHY.get(f.id, "no reason recorded in trainer/findings/history.py").split())
     return f"Changed from {was} on the archived page ({ARCHIVE_SETTING}) to " \
-           f"{verdicts[f.verdict]}: {why}."
+           f"{VERDICTS[f.verdict]}: {why}."

@@ -12,14 +12,11 @@ from pathlib import Path
 
 from trainer.atomic import write_text
 from trainer.findings import batch, core, depth, dynamics, history, inference, ln, lr, stream
-from trainer.findings.claim import Finding
+from trainer.findings.claim import VERDICTS, Finding
 from trainer.findings.reference import Reference
 from trainer.results import baselines as bl
 from trainer.results.metrics import finite
 
-VERDICTS = {"yes": "yes", "partly": "**partly**", "no": "**no**",
-            "inconclusive": "**inconclusive**", "checks only": "checks only",
-            "not run": "not run yet"}
 # The pre-registration: the commit that fixed the design, the rules and every threshold before
 # any run of this reference (results/PREREGISTRATION.md); every run here was made after it.
 PREREGISTRATION = "results/PREREGISTRATION.md"
@@ -175,7 +172,7 @@ def render_page(ref, findings) -> str:
             lines += [f"- {line}" for line in f.lines]
             lines += [""] + [_part(p) for p in f.parts]
         lines += ["", f"Verdict: {VERDICTS[f.verdict]}. Falsified by: {f.falsifier}."]
-        was = history.note(f, archived, VERDICTS)
+        was = history.note(f, archived)
         lines += ["", was] if was else []
         lines += [x for plot in f.plots if (ref.root / plot).is_file()
                   for x in ("", f"![{f.id}]({name}/{plot})")]
