@@ -150,6 +150,16 @@ def _tensorboard(args) -> int:
     return serve(Path(args.logdir), args.port, args.host)
 
 
+def _evaluate_norm_arguments(p) -> None:
+    from trainer.evaluate import add_arguments
+    add_arguments(p)
+
+
+def _evaluate_norm(args) -> int:
+    from trainer.evaluate import main
+    return main(args)
+
+
 def _bench(args) -> int:
     from trainer.bench.cli import run
 
@@ -179,6 +189,9 @@ COMMANDS = {c.name: c for c in (
                                       help="the analysis' own arguments")), _analyze),
     Command("generate", "continue prompts with a trained run (KV cache, continuous batching)",
             _generate_arguments, _generate),
+    Command("evaluate-norm", "the lab's protocol for one norm (yours: PATH.py:Class): contract "
+            "properties, rate grid, seeds, test split, against the baselines -> report.md",
+            _evaluate_norm_arguments, _evaluate_norm),
     Command("tensorboard", "start TensorBoard on a results or run directory",
             _tensorboard_arguments, _tensorboard),
     # Listed here for --help; ``bench ...`` is parsed by trainer/bench/cli.py (see main).

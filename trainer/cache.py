@@ -9,6 +9,7 @@ The root is ``data.cache_dir`` when the config sets it, else ``$NORMLAB_CACHE``,
     ROOT/tokens/       encoded splits
     ROOT/baselines/    unigram/bigram losses per data (trainer.results.baselines)
     ROOT/xla/          compiled XLA programs, one store per machine (trainer.compile_cache)
+    ROOT/evaluate-norm/ the reference baseline reproduced per code version (trainer.evaluate)
 
 Everything under it can be deleted at any time: it is rebuilt on demand.
 """

@@ -12,6 +12,7 @@ import difflib
 import enum
 
 from trainer.faults import ProjectError
+from trainer.norm_names import NORM_TABLE
 
 
 class ConfigError(ProjectError, ValueError):
@@ -63,8 +64,10 @@ def _choice(name: str, members: str, doc: str) -> type[Choice]:
     return cls
 
 
-Norm = _choice("Norm", "layer batch masked_batch sync_batch rms dyt none",
-               "model.norm: keys of the norm registry, trainer.models.norms.NORMS.")
+Norm = _choice("Norm", " ".join(NORM_TABLE),
+               "The lab's own norms: the rows of trainer.norm_names.NORM_TABLE, which are the "
+               "keys of the norm registry, trainer.models.norms.NORMS. model.norm also takes a "
+               "norm from outside the lab (FILE.py:Class, package.module:Class).")
 Placement = _choice("Placement", "pre post", "model.placement: pre: h = x + F(N(x)) (+ final "
                     "norm); post: h = N(x + F(x)).")
 Init = _choice("Init", "normal xavier scaled",

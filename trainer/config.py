@@ -25,9 +25,11 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 from trainer.choices import (Choice, ConfigError, Decay, Format, Init, Norm, Placement, Residual,
                              Source, Strategy)
+from trainer.norm_names import plugin_target
 
 __all__ = ["CHOICES", "Choice", "ConfigError", "Decay", "ExperimentConfig", "Format", "Init",
-           "Norm", "Placement", "Residual", "Source", "Strategy", "check_residual", "load_config",
+           "Norm", "Placement", "Residual", "Source", "Strategy", "check_norm", "check_residual",
+           "load_config",
            "network_key", "resolve", "to_dict", "to_yaml", "validate"]
 
 
@@ -36,7 +38,9 @@ MIN_VOCAB = 3 + 256  # [PAD] [BOS] [EOS] + the byte alphabet of byte-level BPE
 
 @dataclass
 class ModelConfig:
-    norm: Norm = Norm.layer  # normalization in every block
+    # normalization in every block: a name of trainer.norm_names.NORM_TABLE, or a norm from
+    # outside the lab, FILE.py:Class or package.module:Class (trainer/models/plugin.py)
+    norm: str = "layer"
     placement: Placement = Placement.pre  # pre: h = x + F(N(x)) (+ final norm); post: h = N(x + F(x))
     residual: Residual = Residual.true  # true | false (no add op at all) | rezero (x + a*F, a init 0)
     num_layers: int = 4  # number of Transformer blocks
@@ -261,6 +265,18 @@ def check_residual(placement: str, residual: str) -> None:
                           "lost; use placement=pre")
 
 
+def check_norm(value) -> str:
+    """``model.norm`` as a plain string: one of the lab's norms, or the syntax of a norm from
+    outside the lab (``FILE.py:Class``, ``package.module:Class``; whether it loads and honours
+    the norm contract is checked with TensorFlow, before training: trainer/models/plugin.py).
+    One ConfigError line otherwise, listing the valid names."""
+    value = str(value)
+    if value in Norm.__members__ or plugin_target(value):
+        return value
+    raise ConfigError(f"{Norm.unknown(value, 'model.norm')}; or a norm from outside the lab: "
+                      f"FILE.py:Class or package.module:Class")
+
+
 def validate(cfg: DictConfig) -> None:
     """Reject values and combinations that mean nothing, one line each (changes nothing)."""
     m, d, t = cfg.model, cfg.data, cfg.train
@@ -277,6 +293,7 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"model.dim ({m.dim}) must be divisible by model.num_heads ({m.num_heads})")
     if not 0 <= m.dropout < 1:
         raise ConfigError(f"model.dropout must be in [0, 1), got {m.dropout}")
+    check_norm(m.norm)
     check_residual(m.placement, m.residual)
     if d.vocab_size < MIN_VOCAB:
         raise ConfigError(f"data.vocab_size must be >= {MIN_VOCAB} (3 special tokens + 256 byte "

@@ -79,6 +79,7 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, progress: bool
 
     The verdict is printed and written to ``out/reproduce.json``.
     """
+    from trainer.models import plugin
     from trainer.train.loop import run_training
 
     run_dir = Path(run_dir)
@@ -90,6 +91,7 @@ def reproduce(run_dir: str | Path, out: str | Path | None = None, progress: bool
     check_out_dir(out_dir, reuse)
     print(f"reusing the finished reproduction of {run_dir} in {out_dir}"
           if Run(out_dir).finished else f"reproducing {run_dir} -> {out_dir}", flush=True)
+    plugin.seed_copy(run_dir, out_dir)  # a norm from outside the lab: the one it trained with
     argv = ["python", "-m", "trainer", "reproduce", str(run_dir), "--out", str(out_dir)]
     summary = run_training(cfg, out_dir, argv=argv, progress=progress)
     new = Run(out_dir, summary=summary)  # read after training: its files are final now
@@ -133,7 +135,7 @@ def choose(runs: list[Path], sample: int | None, seed: int | None) -> tuple[list
     return sorted(random.Random(seed).sample(runs, sample)), seed
 
 
-def _one(run: Path, out: Path, log: Path, flags: list[str]) -> dict:
+def reproduce_subprocess(run: Path, out: Path, log: Path, flags: list[str] = ()) -> dict:
     """Reproduce one run in a subprocess (its own TensorFlow, as a user would run it)."""
     cmd = [sys.executable, "-m", "trainer", "reproduce", str(run), "--out", str(out), *flags]
     t0 = time.perf_counter()
@@ -197,7 +199,7 @@ def reproduce_all(root: Path, out: str | Path | None = None, sample: int | None 
 
     def work(run: Path) -> None:
         rel = run.relative_to(root)
-        rows[run] = r = _one(run, outs[run], out_root / f"{rel}.log", flags)
+        rows[run] = r = reproduce_subprocess(run, outs[run], out_root / f"{rel}.log", flags)
         print(f"[{len(rows)}/{len(chosen)}] {rel}: {r.get('verdict')} "
               f"({r['seconds'] / 60:.1f} min)", flush=True)
 

@@ -8,6 +8,8 @@
     RUN_DIR/train/          TRAIN        TensorBoard event files: training curves
     RUN_DIR/eval/           EVAL         TensorBoard event files: evaluation curves and probes
     RUN_DIR/checkpoints/    CHECKPOINTS  tf.train checkpoints for resume (never committed)
+    RUN_DIR/norm/           NORM_DIR     a norm from outside the lab: the file defining it, and
+    RUN_DIR/norm/source.json NORM_SOURCE its spec, original path and SHA-256 (models/plugin.py)
     RUN_DIR/.lock           LOCK         held by the process writing the run
     RUN_DIR/baselines.json  BASELINES    unigram/bigram losses of the run's data (results/)
     OUT/reproduce.json      REPRODUCE    the verdict, in a reproduction's directory
@@ -26,6 +28,8 @@ TRAIN = "train"
 EVAL = "eval"
 CURVES = (TRAIN, EVAL)  # the event directories, in the order they are read and compared
 CHECKPOINTS = "checkpoints"
+NORM_DIR = "norm"
+NORM_SOURCE = "source.json"
 LOCK = ".lock"
 BASELINES = "baselines.json"
 REPRODUCE = "reproduce.json"

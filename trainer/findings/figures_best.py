@@ -24,11 +24,11 @@ from trainer.atomic import subplots
 from trainer.findings.claim import BASE, BN_NORMS, Finding
 from trainer.findings.core import GROUP
 from trainer.findings.thresholds import GAP_MIN, LOSS_MARGIN
+from trainer.norm_names import row
 from trainer.results.metrics import final_test_gap, final_test_loss_precise_bn, interval
 from trainer.results.palette import NORM_COLORS
 from trainer.results.plots import DPI
 
-NAMES = {"layer": "LayerNorm", "none": "no norm", "batch": "naive BN", "masked_batch": "masked BN"}
 SIZE = (8.5, 4.2)  # inches: ~1000 px at DPI, the legend outside on the right
 
 
@@ -78,7 +78,7 @@ def f3_precise_bn(ref):
     fig, ax = figure()
     for x, n in enumerate(BN_NORMS):
         seeds_and_interval(ax, x, loss[n], NORM_COLORS[n],
-                           label=f"{NAMES[n]} ({n})")
+                           label=f"{row(n).name} ({n})")
     paired = sorted(set(loss["batch"]) & set(loss["masked_batch"]))
     for i, s in enumerate(paired):  # the comparison is paired: every seed must show it
         a, b = loss["batch"][s], loss["masked_batch"][s]
@@ -113,9 +113,9 @@ def f2_test_gap(ref):
     for i, n in enumerate(BN_NORMS):
         for j, precise in enumerate((False, True)):
             x = 2.5 * i + j
-            ticks.append((x, f"{NAMES[n]}\n{'population' if precise else 'EMA'}"))
+            ticks.append((x, f"{row(n).name}\n{'population' if precise else 'EMA'}"))
             seeds_and_interval(ax, x, gaps[(n, precise)], NORM_COLORS[n], filled=precise,
-                               label=f"{NAMES[n]}: " + ("population statistics (judged)"
+                               label=f"{row(n).name}: " + ("population statistics (judged)"
                                                        if precise else "EMA statistics"))
     ax.axhline(GAP_MIN, color="k", ls="--", lw=1,
                label=f"GAP_MIN = {GAP_MIN:g}: the population gap\nmust lie above on every seed")
@@ -145,7 +145,7 @@ def f5_token_std(ref):
             ax.plot(blocks, row, color=NORM_COLORS[n], alpha=0.3, lw=1)
         gmean = [math.exp(sum(math.log(r[b]) for r in members) / len(members)) for b in blocks]
         ax.plot(blocks, gmean, "-o", color=NORM_COLORS[n], lw=2.5,
-                label=f"{NAMES[n]}: last/first {gmean[-1] / gmean[0]:.3g}×,\n"
+                label=f"{row(n).name}: last/first {gmean[-1] / gmean[0]:.3g}×,\n"
                       f"last block {gmean[-1]:.3g} ({len(members)} seeds)")
     ax.plot([], [], color="0.5", alpha=0.3, lw=1, label="one seed")
     ax.set_yscale("log")

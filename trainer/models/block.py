@@ -14,7 +14,7 @@ from keras import ops
 from omegaconf import OmegaConf
 
 from trainer.choices import Choice, ConfigError, Init, Placement, Residual
-from trainer.config import CHOICES, ModelConfig, check_residual
+from trainer.config import CHOICES, ModelConfig, check_norm, check_residual
 from trainer.models.attention import CachedAttention
 from trainer.models.norms import make_norm
 
@@ -81,7 +81,8 @@ def model_config(config=None, **overrides) -> ModelConfig:
 
     ``config``: ``cfg.model`` (an OmegaConf node), a ``ModelConfig``, a plain dict (a saved Keras
     config) or None (the schema defaults); ``overrides``: fields to replace. Every name field is
-    parsed into its ``Choice`` (a typo fails naming the field and the valid values) and the
+    parsed into its ``Choice`` (a typo fails naming the field and the valid values), ``norm``
+    checked to be a lab norm or a norm from outside the lab (``config.check_norm``), and the
     placement/residual rule is checked, also for models built without a loaded config.
     """
     if config is None:
@@ -101,6 +102,8 @@ def model_config(config=None, **overrides) -> ModelConfig:
         section, _, leaf = key.partition(".")
         if section == "model" and leaf in values:
             values[leaf] = kind.parse(values[leaf], leaf)
+    if "norm" in values:
+        values["norm"] = check_norm(values["norm"])
     typed = ModelConfig(**values)
     check_residual(typed.placement, typed.residual)
     return typed

@@ -7,7 +7,7 @@ from keras import ops
 
 from trainer.choices import Norm, Placement
 from trainer.models.block import Block, config_dict, kernel_init, model_config, normal_init
-from trainer.models.norms import BATCH_NORMS, make_norm
+from trainer.models.norms import BATCH_NORMS, NORMS, make_norm
 
 
 # Why a cached decode refuses training mode (batch statistics, dropout).
@@ -113,9 +113,11 @@ class CausalLM(keras.Model):
 
     @property
     def mode_dependent(self) -> bool:
-        """Whether ``training=True`` computes anything different from inference: batch-statistic
-        norms or dropout. When not, one compiled eval program serves both modes."""
-        return self.config.norm in BATCH_NORMS or self.config.dropout > 0
+        """Whether ``training=True`` may compute anything different from inference: batch-statistic
+        norms, a norm from outside the lab (it may use batch statistics), or dropout. When not,
+        one compiled eval program serves both modes."""
+        return (self.config.norm in BATCH_NORMS or self.config.norm not in NORMS
+                or self.config.dropout > 0)
 
     def get_config(self):
         return {**super().get_config(), "config": config_dict(self.config),

@@ -23,9 +23,12 @@ import tensorflow as tf
 from keras import ops
 
 from trainer.choices import Norm
+from trainer.models import plugin
+from trainer.norm_names import plugin_target
 
-# model.norm -> layer class; its keys are exactly the members of trainer.choices.Norm (checked
-# at the end of this module), the vocabulary the config validates against without TensorFlow.
+# model.norm -> layer class; its keys are exactly the rows of trainer.norm_names.NORM_TABLE
+# (trainer.choices.Norm, checked at the end of this module), the vocabulary the config validates
+# against without TensorFlow.
 NORMS: dict[Norm, type[keras.layers.Layer]] = {}
 
 
@@ -43,8 +46,13 @@ def register(name: Norm):
 def make_norm(name: str, *, epsilon: float = 1e-5, momentum: float = 0.99,
               dyt_alpha: float = 0.5, affine: bool = True,
               name_prefix: str = "norm") -> keras.layers.Layer:
-    """Build the norm registered as ``name``; an unknown name lists the valid ones."""
+    """Build the norm registered as ``name``, or the norm from outside the lab that ``name``
+    specifies (``FILE.py:Class``, ``package.module:Class``: ``trainer.models.plugin``); an
+    unknown name lists the valid ones."""
     if name not in NORMS:
+        if plugin_target(name):
+            return plugin.build(name, name_prefix, epsilon=epsilon, momentum=momentum,
+                                affine=affine)
         raise KeyError(Norm.unknown(name, "norm"))
     cls = NORMS[name]
     kwargs = {"epsilon": epsilon, "momentum": momentum, "dyt_alpha": dyt_alpha}

@@ -1,6 +1,8 @@
 """One palette and one set of short labels for every figure and table of a sweep.
 
-- ``NORM_COLORS``: a fixed colour per norm name, so "LayerNorm is blue" holds in every figure.
+- ``NORM_COLORS``, ``NORM_SHORT``, ``norm_color``: each norm's colour and short label, read from its
+  row of the one norm table (``trainer/norm_names.py``), so "LayerNorm is blue" holds in every
+  figure; a norm from outside the lab gets one outside colour and its class name.
 - ``swept_keys(runs)``: the dotted config keys whose values differ across runs (seed excluded),
   norm first, then residual, placement, then the rest in config order: the first is the panel
   axis of the small multiples, the second the colour (shade) axis, the others the line style.
@@ -18,22 +20,12 @@ from dataclasses import dataclass
 from matplotlib.colors import to_rgb
 from omegaconf import DictConfig, OmegaConf
 
-# tab10 hues, one per norm: the batch-statistics norms warm (red, orange, brown), the per-token
-# norms cool (blue, green, purple), no norm grey. Not every pair is colour-blind safe (red/green),
-# which is why panels, labels and line styles carry the same information.
-NORM_COLORS = {
-    "layer": "#1f77b4",
-    "batch": "#d62728",
-    "masked_batch": "#ff7f0e",
-    "sync_batch": "#8c564b",
-    "rms": "#2ca02c",
-    "dyt": "#9467bd",
-    "none": "#7f7f7f",
-}
+from trainer.norm_names import NORM_TABLE, row
 
-NORM_SHORT = {"layer": "LN", "batch": "BN", "masked_batch": "mBN", "sync_batch": "sBN",
-              "rms": "RMS", "dyt": "DyT", "none": "no-norm"}
-UNKNOWN_COLOR = "#17becf"  # a norm added to the registry but not yet here: visible, not a crash
+# Every norm's colour and short label come from its row of the one norm table (trainer/norm_names.py);
+# these are its columns, keyed by norm name, for the figures that draw the lab's own norms.
+NORM_COLORS = {name: r.color for name, r in NORM_TABLE.items()}
+NORM_SHORT = {name: r.short for name, r in NORM_TABLE.items()}
 
 # A log axis cannot draw 0, and a per-token norm's invariance deltas are exactly 0: every figure
 # draws 0 (and float noise below it) at this floor and says so on the axis.
@@ -114,6 +106,8 @@ def swept_keys(runs) -> list[str]:
 
 def short_value(key: str, value: str) -> str:
     """One value of one key, abbreviated: ``("model.norm", "layer")`` -> ``LN``."""
+    if key == "model.norm":  # a norm from outside the lab reads as its class name
+        return row(value).short
     words = VALUE_SHORT.get(key)
     if words is not None:
         return words.get(value, value)
@@ -148,8 +142,8 @@ def key_caption(keys: list[str], runs=()) -> str:
 
 
 def norm_color(norm: str) -> str:
-    """The project-wide colour of a norm name."""
-    return NORM_COLORS.get(str(norm), UNKNOWN_COLOR)
+    """The project-wide colour of a norm name (``trainer.norm_names``)."""
+    return row(norm).color
 
 
 def shades(color, n: int) -> list[tuple[float, float, float]]:

@@ -29,7 +29,7 @@ from trainer.atomic import atomic_write
 from trainer.config import ConfigError, load_config
 from trainer.data import prepare
 from trainer.faults import _reason, writing
-from trainer.models import build_model
+from trainer.models import build_model, use_run_norm
 from trainer.rundir import CHECKPOINTS, CONFIG
 from trainer.train.rundir import RunDirError
 
@@ -162,6 +162,7 @@ def restore_trained(run_dir: Path):
         raise ConfigError(f"{run_dir} has no checkpoint (checkpoints are not committed: rerun "
                           f"it with the same config, or `python -m trainer reproduce`, to make one)")
     corpus = prepare(cfg.data)
+    use_run_norm(run_dir, cfg.model.norm)  # a norm from outside the lab: the run's own copy
     model = build_model(cfg.model, corpus.vocab_size, corpus.max_len)
     try:
         make_checkpoint(model).restore(latest).expect_partial().assert_existing_objects_matched()

@@ -25,7 +25,7 @@ from trainer.data import prepare
 from trainer.data.tfdata import train_dataset
 from trainer.faults import Stopped
 from trainer.machine import peak_rss_mb
-from trainer.models import BATCH_NORMS, build_model
+from trainer.models import BATCH_NORMS, build_model, plugin
 from trainer.memory import keep_large_blocks, release_free_memory
 from trainer.rundir import EVAL, FINISHED, META, SUMMARY, TRAIN
 from trainer.telemetry.spikes import SpikeCounter
@@ -56,6 +56,7 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
     if inspect_run_dir(run_dir, cfg) in FINISHED:
         return read_json(run_dir / SUMMARY)
     compile_cache.follow(cfg.data.cache_dir)  # the run's cache root, before anything compiles
+    plugin.prepare_run(cfg.model, run_dir)  # a norm from outside the lab fails here, not later
     t = cfg.train
     timings = Timings()
     # Data problems surface before anything is written: no half run dir that looks like a result.
@@ -64,6 +65,8 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
     with run_lock(run_dir, cfg):
         if inspect_run_dir(run_dir, cfg) in FINISHED:  # finished while we waited for data
             return read_json(run_dir / SUMMARY)
+        if plugin.is_plugin(cfg.model.norm):
+            plugin.keep_copy(cfg.model.norm, run_dir)
         # bfloat16 compute with float32 variables; norms and the head stay float32 (models/).
         previous = keras.mixed_precision.global_policy()
         keras.mixed_precision.set_global_policy(
