@@ -1,4 +1,5 @@
-"""The README stays true to the files it quotes and to the config schema it documents."""
+"""The README and the reference pages under docs/ stay true to the files they quote, the config
+schema, the command line and each other (every relative link resolves)."""
 
 from __future__ import annotations
 
@@ -15,24 +16,56 @@ from trainer.config import ExperimentConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+README_MAX_LINES = 250  # a README a newcomer reads to the end; reference material goes to docs/
+# Every page of the documentation: the README and the reference pages it links.
+PAGES = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8")
+         for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+FENCE = re.compile(r"^```[a-z]*\n(.*?)^```$", flags=re.S | re.M)
 
 
-def _quoted_files() -> list[tuple[str, str]]:
-    """(path, body) of every README code block whose first line is ``# <a file of the repo>``."""
-    out = []
-    for block in re.findall(r"^```[a-z]*\n(.*?)^```$", README, flags=re.S | re.M):
-        first, _, body = block.partition("\n")
-        name = first.removeprefix("# ").strip()
-        if first.startswith("# ") and (ROOT / name).is_file():
-            out.append((name, body))
+def _page(name: str) -> str:
+    return PAGES[name]
+
+
+def _headings(text: str) -> list[tuple[int, str, int]]:
+    """(level, title, line index) of every Markdown heading outside code blocks."""
+    out, fenced = [], False
+    for i, line in enumerate(text.splitlines()):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and (m := re.match(r"(#{1,6}) (.*)", line)):
+            out.append((len(m.group(1)), m.group(2).strip(), i))
     return out
 
 
-def test_readme_blocks_that_quote_a_file_equal_it():
+def _section(text: str, heading: str) -> str:
+    """The body of ``heading`` (a whole heading line, e.g. ``## Keys``) up to the next heading
+    of the same or a higher level."""
+    level, title = len(heading.split(" ", 1)[0]), heading.split(" ", 1)[1]
+    heads, lines = _headings(text), text.splitlines()
+    start = next(i for lv, t, i in heads if (lv, t) == (level, title))
+    end = next((i for lv, _, i in heads if i > start and lv <= level), len(lines))
+    return "\n".join(lines[start + 1:end]) + "\n"
+
+
+def _quoted_files() -> list[tuple[str, str, str]]:
+    """(page, path, body) of every code block of the docs whose first line is
+    ``# <a file of the repo>``."""
+    out = []
+    for page, text in PAGES.items():
+        for block in FENCE.findall(text):
+            first, _, body = block.partition("\n")
+            name = first.removeprefix("# ").strip()
+            if first.startswith("# ") and (ROOT / name).is_file():
+                out.append((page, name, body))
+    return out
+
+
+def test_doc_blocks_that_quote_a_file_equal_it():
     quoted = _quoted_files()
-    assert "configs/sweeps/quick.yaml" in dict(quoted)  # the sweep section shows the spec
-    for name, body in quoted:
-        assert body == (ROOT / name).read_text(encoding="utf-8"), name
+    assert ("docs/cli.md", "configs/sweeps/quick.yaml") in {(p, n) for p, n, _ in quoted}
+    for page, name, body in quoted:
+        assert body == (ROOT / name).read_text(encoding="utf-8"), f"{page} quotes {name}"
 
 
 def _schema_defaults(cls=ExperimentConfig, prefix: str = "") -> dict:
@@ -48,8 +81,8 @@ def _schema_defaults(cls=ExperimentConfig, prefix: str = "") -> dict:
 
 
 def _documented_defaults() -> dict:
-    """``key -> default`` from the README's "Config keys" table (one key per row)."""
-    section = README.split("\n## Config keys\n", 1)[1].split("\n## ", 1)[0]
+    """``key -> default`` from the table of docs/config.md (one key per row)."""
+    section = _section(_page("docs/config.md"), "## Keys")
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     out = {}
     for row in rows:
@@ -81,6 +114,7 @@ def test_ci_runs_the_readme_test_command_and_the_slow_tier_it_leaves_out():
     """The README's second set-up command is what `.ci/run` runs, and the `slow` tier it
     deselects runs there too (so no test goes unrun in CI)."""
     setup = re.search(r"^```bash\n(.*?)^```$", README, flags=re.S | re.M).group(1).splitlines()
+    assert README.splitlines()[2] == "```bash", "the README starts with its set-up commands"
     assert len(setup) == 2, "the README starts with exactly two set-up commands"
     test_cmd = setup[1].split("&&")[-1].strip()
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
@@ -101,3 +135,4 @@ def test_every_reference_part_named_in_code_is_one_the_script_takes():
              for p in cmd.split()]
     assert named, "no `scripts/reference.sh PART` in trainer/: this test reads nothing"
     assert [n for n in named if n[1] not in parts] == []
+
