@@ -136,3 +136,90 @@ def test_every_reference_part_named_in_code_is_one_the_script_takes():
     assert named, "no `scripts/reference.sh PART` in trainer/: this test reads nothing"
     assert [n for n in named if n[1] not in parts] == []
 
+
+def _slug(title: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    title = re.sub(r"[`*_]|\[|\]\([^)]*\)", "", title)  # inline code, emphasis, link targets
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
+def _anchors(text: str) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for _, title, _ in _headings(text):
+        slug = _slug(title)
+        out.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return out
+
+
+def _links(text: str) -> list[str]:
+    """Targets of the Markdown links and images of ``text``, code blocks and spans left out."""
+    prose = re.sub(r"`[^`\n]*`", "", FENCE.sub("", text))
+    return re.findall(r"\]\(([^)\s]+)\)", prose)
+
+
+def test_every_relative_link_points_at_a_file_and_heading_that_exist():
+    checked, broken = 0, []
+    for page, text in PAGES.items():
+        for target in _links(text):
+            if re.match(r"[a-z]+:", target):  # https:, mailto:: not ours to check
+                continue
+            path, _, anchor = target.partition("#")
+            file = (ROOT / page).parent / path if path else ROOT / page
+            checked += 1
+            if not file.exists():
+                broken.append(f"{page}: {target} (no such file)")
+            elif anchor and anchor not in _anchors(file.read_text(encoding="utf-8")):
+                broken.append(f"{page}: {target} (no heading #{anchor} in {path or page})")
+    assert checked > 30, "the link check read almost nothing: has the link syntax changed?"
+    assert broken == []
+
+
+def test_the_link_check_catches_a_broken_link():
+    text = "# Title\n\n## A section's name\n\n```\n# not a heading\n```\n"
+    assert _anchors(text) == {"title", "a-sections-name"}
+    assert _links("[a](b.md#c) `[x](y)` ![i](p.png)\n```\n[z](w)\n```\n") == ["b.md#c", "p.png"]
+    assert _slug("Where a sweep's time goes") == "where-a-sweeps-time-goes"
+    assert _slug("`train`: one run") == "train-one-run"
+
+
+def test_readme_is_short_and_links_every_docs_page():
+    lines = README.count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move reference to docs/"
+    linked = {Path(target.partition("#")[0]).as_posix() for target in _links(README)}
+    assert sorted(p for p in PAGES if p.startswith("docs/") and p not in linked) == []
+
+
+def test_cli_page_documents_every_command_and_option():
+    """docs/cli.md has a ``## NAME`` section per subcommand, naming each of its options; bench's
+    actions and the analyses (their own parsers) are read the same way."""
+    import argparse
+
+    from trainer.__main__ import parser
+    from trainer.analysis import ANALYSES
+    from trainer.bench.cli import _PARSERS as BENCH_PARSERS
+
+    cli = _page("docs/cli.md")
+    sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = {name: p for name, p in sub.choices.items()}
+    missing = []
+    for name, p in options.items():
+        if f"\n## {name}\n" not in cli:
+            missing.append(f"## {name}")
+            continue
+        section = _section(cli, f"## {name}")
+        missing += [f"{name} {o}" for a in p._actions for o in a.option_strings
+                    if o.startswith("--") and o != "--help" and o not in section]
+    bench = _section(cli, "## bench")
+    missing += [f"bench {action} {o}" for action, make in BENCH_PARSERS.items()
+                for a in make()._actions for o in a.option_strings
+                if o.startswith("--") and o != "--help" and o not in bench]
+    analyze = _section(cli, "## analyze")
+    for kind, module in ANALYSES.items():
+        source = (ROOT / (module.replace(".", "/") + ".py")).read_text(encoding="utf-8")
+        flags = re.findall(r"(?:option|add_argument)\(\s*\"(--[a-z-]+)\"", source) + ["--out"]
+        if f"analyze {kind} " not in analyze:
+            missing.append(f"analyze {kind}")
+        missing += [f"analyze {kind} {f}" for f in flags if f not in analyze]
+    assert missing == []
