@@ -147,10 +147,10 @@ def test_performance_table_is_generated_from_the_committed_json():
     r = json.loads(CPU_JSON.read_text())
     page = ROOT / report.PAGE
     block = report.readme_block(page.read_text(encoding="utf-8"), "cpu")
-    assert block is not None, f"{report.PAGE} lacks the <!-- bench:cpu --> ... <!-- /bench --> block"
-    assert block == report.markdown(r), (f"{report.PAGE}'s table drifted from results/bench/cpu.json: "
-                                         "python -m trainer bench report results/bench/cpu.json "
-                                         f"--readme {report.PAGE}")
+    assert block is not None, f"{report.PAGE} lacks the <!-- bench:cpu --> ... <!-- /bench -->"
+    assert block == report.markdown(r), (f"{report.PAGE}'s table drifted from results/bench/"
+                                         "cpu.json: python -m trainer bench report "
+                                         f"results/bench/cpu.json --readme {report.PAGE}")
     assert set(r["targets"]) == set(TARGETS)
 
 

@@ -133,7 +133,7 @@ def _goal_text(name: str, tg: dict) -> str:
 
 
 def markdown(r: dict) -> str:
-    """The performance table (``PAGE``) of report ``r``, with the machine and command it came from."""
+    """The performance table (``PAGE``) of report ``r``, with its machine and command."""
     m, st, c = r["machine"], r["step_time_s"], r["command"]
     lines = [f"Measured on {m['cpu_model']} ({m['usable_cores']} usable cores"
              f"{', ' + ', '.join(m['accelerators']) if m['accelerators'] else ''}), TensorFlow "
