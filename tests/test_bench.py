@@ -1,5 +1,5 @@
 """``python -m trainer bench [data|report]``: well-formed reports (no timing asserts), flags,
-the interleaved telemetry median, and README's table against the committed JSON."""
+the interleaved telemetry median, and docs/performance.md's table against the committed JSON."""
 
 from __future__ import annotations
 
@@ -143,13 +143,14 @@ def test_overhead_is_the_median_of_per_pair_ratios():
         median_overhead([])
 
 
-def test_readme_table_is_generated_from_the_committed_json():
+def test_performance_table_is_generated_from_the_committed_json():
     r = json.loads(CPU_JSON.read_text())
-    block = report.readme_block((ROOT / "README.md").read_text(encoding="utf-8"), "cpu")
-    assert block is not None, "README lacks the <!-- bench:cpu --> ... <!-- /bench --> block"
-    assert block == report.markdown(r), ("README's table drifted from results/bench/cpu.json: "
-                                         "python -m trainer bench report results/bench/cpu.json "
-                                         "--readme README.md")
+    page = ROOT / report.PAGE
+    block = report.readme_block(page.read_text(encoding="utf-8"), "cpu")
+    assert block is not None, f"{report.PAGE} lacks the <!-- bench:cpu --> ... <!-- /bench -->"
+    assert block == report.markdown(r), (f"{report.PAGE}'s table drifted from results/bench/"
+                                         "cpu.json: python -m trainer bench report "
+                                         f"results/bench/cpu.json --readme {report.PAGE}")
     assert set(r["targets"]) == set(TARGETS)
 
 

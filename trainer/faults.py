@@ -14,7 +14,7 @@ import re
 import sys
 from typing import Callable
 
-# Exit codes (sysexits.h), documented in the README under "When things go wrong".
+# Exit codes (sysexits.h), documented in docs/troubleshooting.md.
 EXIT_BUSY = 73  # the run directory is locked by another live process ("running elsewhere")
 EXIT_IO = 74  # a write failed (disk full, permissions, ...); the last checkpoint is intact
 EXIT_STOPPED = 75  # pre-empted (SIGTERM/SIGINT) after a checkpoint: rerun the same command

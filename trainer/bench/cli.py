@@ -36,7 +36,7 @@ def _sizes(text: str) -> list[int]:
 
 def _run_parser() -> _Parser:
     p = _Parser(prog="python -m trainer bench", description="Performance report of one config "
-                f"as JSON (README 'Performance'). Also: `bench {'|'.join(ACTIONS)} --help`.")
+                f"as JSON (docs/performance.md). Also: `bench {'|'.join(ACTIONS)} --help`.")
     p.add_argument("--config", default="configs/bench.yaml", help="experiment YAML")
     p.add_argument("--out", default="bench.json", help="JSON report path")
     p.add_argument("--steps", type=_positive, default=30,
@@ -66,10 +66,11 @@ def _data_parser() -> _Parser:
 
 def _report_parser() -> _Parser:
     p = _Parser(prog="python -m trainer bench report",
-                description="Print README's performance table (Markdown) of a bench JSON.")
+                description="Print the performance table (Markdown) of a bench JSON.")
     p.add_argument("json", help="a bench report, e.g. results/bench/cpu.json")
     p.add_argument("--readme", metavar="PATH", help="also rewrite PATH's block between "
-                   "'<!-- bench:NAME -->' and '<!-- /bench -->', NAME the JSON's stem")
+                   "'<!-- bench:NAME -->' and '<!-- /bench -->', NAME the JSON's stem "
+                   "(the committed table: docs/performance.md)")
     return p
 
 

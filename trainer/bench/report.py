@@ -1,8 +1,9 @@
-"""The bench report: targets (measured, target, pass), the text summary, and the README table.
+"""The bench report: targets (measured, target, pass), the text summary, and the docs table.
 
-README's performance table is ``markdown(report)`` of a committed ``results/bench/<name>.json``,
-pasted between ``<!-- bench:<name> -->`` and ``<!-- /bench -->`` by ``python -m trainer bench
-report results/bench/<name>.json --readme README.md`` (a test checks the two agree).
+The performance table of ``PAGE`` is ``markdown(report)`` of a committed
+``results/bench/<name>.json``, pasted between ``<!-- bench:<name> -->`` and ``<!-- /bench -->``
+by ``python -m trainer bench report results/bench/<name>.json --readme docs/performance.md``
+(a test checks the two agree).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import re
 
 GIB = 1024 ** 3
 END_MARK = "<!-- /bench -->"
+PAGE = "docs/performance.md"  # the page holding the table, relative to the repository root
 
-# name -> (target, "min" or "max"): the performance goals of README "Performance".
+# name -> (target, "min" or "max"): the performance goals of docs/performance.md.
 GOALS = {"throughput_vs_pad_to_max": (2.0, "min"), "pad_fraction": (0.10, "max"),
          "telemetry_overhead": (0.05, "max"), "mfu": (0.45, "min"), "peak_rss": (3.0, "max")}
 
@@ -131,7 +133,7 @@ def _goal_text(name: str, tg: dict) -> str:
 
 
 def markdown(r: dict) -> str:
-    """README's performance table of report ``r``, with the machine and command it came from."""
+    """The performance table (``PAGE``) of report ``r``, with its machine and command."""
     m, st, c = r["machine"], r["step_time_s"], r["command"]
     lines = [f"Measured on {m['cpu_model']} ({m['usable_cores']} usable cores"
              f"{', ' + ', '.join(m['accelerators']) if m['accelerators'] else ''}), TensorFlow "
