@@ -35,7 +35,8 @@ def _interval(values: dict) -> dict | None:
     iv = interval(v for v in values.values() if v is not None)
     if iv is None:
         return None
-    return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "half": iv.half, "n": iv.n,
+    return {"mean": float(iv.mean), "lo": float(iv.lo), "hi": float(iv.hi),
+            "half": float(iv.half), "n": iv.n,
             "per_seed": {str(s): v for s, v in sorted(values.items())}, "text": str(iv)}
 
 

@@ -45,7 +45,8 @@ _LOADED: dict[str, type] = {}  # spec -> class, for this process (a run's copy o
 
 
 def _error(spec: str, message: str) -> ConfigError:
-    return ConfigError(f"model.norm '{spec}': {message}")
+    """One line, whatever the user's exception printed (Keras' messages span several)."""
+    return ConfigError(f"model.norm '{spec}': " + " ".join(message.split()))
 
 
 def _sha256(path: Path) -> str:
@@ -151,8 +152,7 @@ def check(spec: str, dim: int, **available) -> None:
             y = layer(x, padding_mask=mask, training=training)
         except Exception as e:
             raise _error(spec, f"calling it (training={training}) failed: "
-                               f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                         ) from None
+                               f"{type(e).__name__}: {e}") from None
         if tuple(y.shape) != x.shape:
             raise _error(spec, f"its output shape {tuple(y.shape)} differs from its input's "
                                f"{x.shape}")
