@@ -8,6 +8,11 @@
     RUN_DIR/train/          TRAIN        TensorBoard event files: training curves
     RUN_DIR/eval/           EVAL         TensorBoard event files: evaluation curves and probes
     RUN_DIR/checkpoints/    CHECKPOINTS  tf.train checkpoints for resume (never committed)
+    RUN_DIR/tokenizer.json  TOKENIZER    the run's tokenizer (HF ``tokenizers`` JSON, its bytes hash
+                                         to meta.json's tokenizer_hash): generate, the analyses
+                                         and model loading need no tokenizer from the data
+    RUN_DIR/prompts.json    PROMPTS      the ids of the first PROMPT_COUNT fixed validation
+                                         prompts (``generate`` without --prompt reads no data)
     RUN_DIR/.lock           LOCK         held by the process writing the run
     RUN_DIR/baselines.json  BASELINES    unigram/bigram losses of the run's data (results/)
     OUT/reproduce.json      REPRODUCE    the verdict, in a reproduction's directory
@@ -26,6 +31,9 @@ TRAIN = "train"
 EVAL = "eval"
 CURVES = (TRAIN, EVAL)  # the event directories, in the order they are read and compared
 CHECKPOINTS = "checkpoints"
+TOKENIZER = "tokenizer.json"
+PROMPTS = "prompts.json"
+PROMPT_COUNT = 4  # fixed validation prompts saved in PROMPTS: what `generate` continues by default
 LOCK = ".lock"
 BASELINES = "baselines.json"
 REPRODUCE = "reproduce.json"
