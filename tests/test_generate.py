@@ -1,9 +1,12 @@
 """End to end on one tiny trained run (BatchNorm: decoding must use running statistics): the
-``generate`` command (text, json, errors), the samples in TensorBoard's Text tab, and the
-``model.keras`` file a finished run leaves."""
+``generate`` command (text, json, errors), the samples in TensorBoard's Text tab, the
+``model.keras`` file a finished run leaves, and a self-contained run directory: its tokenizer
+and prompts let ``generate`` and ``model.keras`` work with no data (an empty data cache, every
+dataset load an error) and the analyses encode with the run's own tokenizer."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
@@ -19,8 +22,10 @@ from trainer.train.checkpoint import restore_trained as restore
 from trainer.config import ConfigError, load_config
 from trainer.generate import encode_prompts
 from trainer.models import CausalLM
-from trainer.train.checkpoint import MODEL_FILE
+from trainer.rundir import META, PROMPT_COUNT, PROMPTS, SUMMARY, TOKENIZER
+from trainer.train.checkpoint import MODEL_FILE, restore_model
 from trainer.train.loop import run_training
+from trainer.train.rundir import load_prompts
 
 
 # Its module-scoped runs are built once: every test here goes to the same xdist worker
@@ -131,3 +136,95 @@ def test_the_final_model_opens_with_keras_load_model(run_dir):
         expected = model(tokens["inputs"], padding_mask=tokens["mask"], training=training)
         got = loaded(tokens["inputs"], padding_mask=tokens["mask"], training=training)
         np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+
+
+def _no_data(monkeypatch, tmp_path):
+    """An empty data cache, datasets and the hub offline, and loading any data an error (every
+    ``prepare`` reads its texts through ``sources.load_splits``); returns the cache."""
+    import trainer.data.sources
+
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    monkeypatch.setenv("NORMLAB_CACHE", str(cache))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the data was loaded")
+
+    monkeypatch.setattr(trainer.data.sources, "load_splits", forbidden)
+    return cache
+
+
+def test_generate_reads_only_the_run_directory(run_dir, tmp_path, monkeypatch, capsys):
+    cache = _no_data(monkeypatch, tmp_path)
+    code, out, err = _generate(capsys, run_dir, "--prompt", "The history of", "--max-new-tokens", 4)
+    assert (code, err) == (0, "") and out.startswith("> The history of\n")
+    # Without --prompt: the fixed validation prompts, from prompts.json.
+    code, out, err = _generate(capsys, run_dir, "--max-new-tokens", 4, "--format", "json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert (code, err) == (0, "") and [r["prompt_ids"] for r in rows] == load_prompts(run_dir)
+    assert len(rows) == PROMPT_COUNT
+    assert list(cache.iterdir()) == []  # nothing prepared, nothing cached
+
+
+def test_the_run_directory_holds_the_tokenizer_and_prompts_of_training(run_dir):
+    from tokenizers import Tokenizer
+
+    from trainer.data import prepare
+    from trainer.telemetry.samples import sample_prompts
+
+    corpus = prepare(load_config(run_dir / "config.yaml").data)  # the one training used
+    saved = Tokenizer.from_file(str(run_dir / TOKENIZER))
+    text = "The history of Zürich, 1848\u20131990: naïve cafés & 12,345 ½ steps."
+    assert saved.encode(text).ids == corpus.tokenizer.encode(text).ids
+    assert saved.to_str() == corpus.tokenizer.to_str()
+    digest = hashlib.sha256((run_dir / TOKENIZER).read_bytes()).hexdigest()
+    assert digest[:16] == json.loads((run_dir / META).read_text())["tokenizer_hash"]
+    assert load_prompts(run_dir) == sample_prompts(corpus, PROMPT_COUNT)
+
+
+def test_a_run_begun_before_runs_saved_their_tokenizer_gets_it_on_resume(run_dir, tmp_path,
+                                                                          capsys):
+    old = tmp_path / "old"
+    shutil.copytree(run_dir, old)
+    for name in (TOKENIZER, PROMPTS, SUMMARY):  # as such a run was, stopped after its last checkpoint
+        (old / name).unlink()
+    # generate falls back to preparing the data, and says so in one line
+    args = ["--prompt", "The city", "--max-new-tokens", 3, "--format", "json"]
+    code, before, err = _generate(capsys, old, *args)
+    assert code == 0 and err.startswith("note: ") and TOKENIZER in err and err.count("\n") == 1
+    run_training(load_config(old / "config.yaml"), old, argv=["test"], progress=False)
+    for name in (TOKENIZER, PROMPTS):
+        assert (old / name).read_bytes() == (run_dir / name).read_bytes(), name
+    code, after, err = _generate(capsys, old, *args)
+    assert (code, err, after) == (0, "", before)
+
+
+def test_the_final_model_loads_with_no_data(run_dir, tmp_path, monkeypatch):
+    cache = _no_data(monkeypatch, tmp_path)
+    loaded = keras.saving.load_model(run_dir / MODEL_FILE)  # trainer.models is imported
+    cfg, text, model = restore_model(run_dir)
+    ids = np.array(encode_prompts(["The history of"], text.tokenizer, text.bos_id, text.max_len))
+    mask = np.ones_like(ids, dtype="float32")
+    np.testing.assert_array_equal(np.asarray(loaded(ids, padding_mask=mask, training=False)),
+                                  np.asarray(model(ids, padding_mask=mask, training=False)))
+    assert text.vocab_size == loaded.vocab_size and list(cache.iterdir()) == []
+
+
+def test_an_analysis_encodes_with_the_runs_own_tokenizer(run_dir, tmp_path, monkeypatch):
+    """restore_trained prepares the data for its text only: with an empty cache no tokenizer is
+    trained (a hub dataset's analysis tokenizes as its run did), and the ids are the run's."""
+    import trainer.data.tokenizer
+
+    cache = tmp_path / "empty-cache"
+    monkeypatch.setenv("NORMLAB_CACHE", str(cache))
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a tokenizer was trained")
+
+    monkeypatch.setattr(trainer.data.tokenizer, "train_tokenizer", forbidden)
+    _, corpus, _ = restore(run_dir)
+    assert corpus.tokenizer_hash == json.loads((run_dir / META).read_text())["tokenizer_hash"]
+    assert corpus.tokenizer.to_str() == (run_dir / TOKENIZER).read_text(encoding="utf-8")
+    assert corpus.eval_batches("test", 1) and not (cache / "tokenizers").exists()

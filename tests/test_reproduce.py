@@ -195,6 +195,23 @@ def test_an_existing_out_dir_needs_reuse_and_the_same_code(pair, tmp_path):
         reproduce(run, old, progress=False, reuse=True)
 
 
+def test_the_comparison_reads_the_two_run_directories_only(pair, tmp_path, monkeypatch, capsys):
+    """Only the retraining needs the data: comparing a finished reproduction again works with
+    an empty data cache and every dataset load an error."""
+    import trainer.data.sources
+
+    a, b = _copies(pair, tmp_path)
+    cache = tmp_path / "empty-cache"
+    monkeypatch.setenv("NORMLAB_CACHE", str(cache))
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the data was loaded")
+
+    monkeypatch.setattr(trainer.data.sources, "load_splits", forbidden)
+    assert reproduce(a, b, progress=False, reuse=True) == 0
+    assert "IDENTICAL" in capsys.readouterr().out and not cache.exists()
+
+
 def test_reproduce_refuses_a_missing_or_unfinished_run(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         reproduce(tmp_path / "nope", progress=False)

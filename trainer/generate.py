@@ -1,10 +1,13 @@
 """``python -m trainer generate RUN_DIR``: continue prompts with a trained run's last checkpoint.
 
-The run's model and tokenizer are restored (``config.yaml``, ``checkpoints/``); prompts become
-``[BOS]`` + their tokens, as every training paragraph starts; decoding uses the KV cache and
-continuous batching of ``trainer.models.decode`` in inference mode (batch norms use their running
-statistics). Without ``--prompt``, the run's fixed validation prompts (``trainer.telemetry.samples``)
-are continued. Text output shows each prompt and its continuation; ``--format json`` writes one
+The run's model and tokenizer are restored from the run directory alone (``config.yaml``,
+``tokenizer.json``, ``checkpoints/``; ``trainer.train.checkpoint.restore_model``): no data, no
+network, no data cache. Prompts become ``[BOS]`` + their tokens, as every training paragraph
+starts; decoding uses the KV cache and continuous batching of ``trainer.models.decode`` in
+inference mode (batch norms use their running statistics). Without ``--prompt``, the run's fixed
+validation prompts (``trainer.telemetry.samples``) are continued: their ids were saved in
+``prompts.json`` when the run started, so they need no data either. A run made before runs saved
+these two files prepares its data instead (slower; a note on stderr says so). Text output shows each prompt and its continuation; ``--format json`` writes one
 object per line: ``prompt``, ``continuation``, ``prompt_ids``, ``continuation_ids``.
 """
 
@@ -15,8 +18,6 @@ import json
 from pathlib import Path
 
 from trainer.config import ConfigError
-
-DEFAULT_PROMPTS = 4
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,15 +72,14 @@ def _check(args) -> None:
 def main(args) -> int:
     """Run ``generate`` for parsed ``args``; errors are ConfigError (one line, exit 2)."""
     _check(args)
-    from trainer.train.checkpoint import restore_trained  # TensorFlow starts here
+    from trainer.train.checkpoint import restore_model  # TensorFlow starts here
     from trainer.models.decode import Decoder, Request
-    from trainer.telemetry.samples import sample_prompts
 
-    cfg, corpus, model = restore_trained(Path(args.run_dir))
-    tok = corpus.tokenizer
-    prompts = (encode_prompts(args.prompt, tok, corpus.bos_id, corpus.max_len) if args.prompt
-               else sample_prompts(corpus, DEFAULT_PROMPTS))
-    decoder = Decoder(model, xla=cfg.runtime.xla, stop_id=corpus.eos_id)
+    cfg, text, model = restore_model(Path(args.run_dir))
+    tok = text.tokenizer
+    prompts = (encode_prompts(args.prompt, tok, text.bos_id, text.max_len) if args.prompt
+               else text.prompts)
+    decoder = Decoder(model, xla=cfg.runtime.xla, stop_id=text.eos_id)
     requests = [Request(p, args.max_new_tokens, seed=(args.seed, i)) for i, p in enumerate(prompts)]
     done = decoder.generate(requests, args.batch_size, args.temperature, args.top_k)
     for c in done:

@@ -10,6 +10,11 @@
     RUN_DIR/checkpoints/    CHECKPOINTS  tf.train checkpoints for resume (never committed)
     RUN_DIR/norm/           NORM_DIR     a norm from outside the lab: the file defining it, and
     RUN_DIR/norm/source.json NORM_SOURCE its spec, original path and SHA-256 (models/plugin.py)
+    RUN_DIR/tokenizer.json  TOKENIZER    the run's tokenizer (HF ``tokenizers`` JSON, its bytes hash
+                                         to meta.json's tokenizer_hash): generate, the analyses
+                                         and model loading need no tokenizer from the data
+    RUN_DIR/prompts.json    PROMPTS      the ids of the first PROMPT_COUNT fixed validation
+                                         prompts (``generate`` without --prompt reads no data)
     RUN_DIR/.lock           LOCK         held by the process writing the run
     RUN_DIR/baselines.json  BASELINES    unigram/bigram losses of the run's data (results/)
     OUT/reproduce.json      REPRODUCE    the verdict, in a reproduction's directory
@@ -30,6 +35,9 @@ CURVES = (TRAIN, EVAL)  # the event directories, in the order they are read and 
 CHECKPOINTS = "checkpoints"
 NORM_DIR = "norm"
 NORM_SOURCE = "source.json"
+TOKENIZER = "tokenizer.json"
+PROMPTS = "prompts.json"
+PROMPT_COUNT = 4  # fixed validation prompts saved in PROMPTS: what `generate` continues by default
 LOCK = ".lock"
 BASELINES = "baselines.json"
 REPRODUCE = "reproduce.json"

@@ -64,14 +64,14 @@ def analyse(run_dir: Path, k: int, corpora: dict) -> list[dict]:
     if cfg.model.norm not in BATCH_NORMS:
         raise ConfigError(f"{run_dir} has norm={cfg.model.norm}; the padding analysis measures "
                           f"batch norms ({', '.join(BATCH_NORMS)})")
-    cfg, _, model = restore_trained(run_dir)
+    cfg, own, model = restore_trained(run_dir)
     rows = []
     for condition in CONDITIONS:
         over = overrides(condition, int(cfg.data.max_len))
         data = load_config(run_dir / CONFIG, over).data
-        key = str(data)
+        key = (str(data), own.tokenizer_hash)
         if key not in corpora:  # prepare once per data config (the sweep's runs share it)
-            corpora[key] = prepare(data)
+            corpora[key] = prepare(data, tok=own.tokenizer)  # the run's tokenizer, as trained
         corpus = corpora[key]
         batches = [corpus.train_batch(i, int(cfg.train.seed)) for i in range(k)]
         per_block = block_shifts(model, batches, float(cfg.model.norm_epsilon)).mean(0)

@@ -138,11 +138,12 @@ class Corpus:
         }
 
 
-def prepare(data_cfg: Any, seed: int = 0) -> Corpus:
+def prepare(data_cfg: Any, seed: int = 0, tok=None) -> Corpus:
     """Load, split, tokenize (cached) and index ``data_cfg`` (the ``cfg.data`` node) into a Corpus.
 
     ``seed`` only sets the Corpus' default training-order seed; splits and tokenizer never depend
-    on it, so every variant of a sweep sees the same data.
+    on it, so every variant of a sweep sees the same data. ``tok``: a tokenizer to encode with
+    (a trained run's own, ``RUN_DIR/tokenizer.json``) instead of the one trained on the data.
     """
     if int(data_cfg.max_len) < MIN_MAX_LEN:
         raise DataError(f"data.max_len={data_cfg.max_len} is too small to be useful; use >= {MIN_MAX_LEN}")
@@ -153,7 +154,9 @@ def prepare(data_cfg: Any, seed: int = 0) -> Corpus:
     # Every pass over the texts streams batches from the Arrow tables: a large local corpus
     # never exists as one Python list (hash, tokenizer training and encoding read it in turn).
     fp = sources.fingerprint_splits(splits)
-    tok, _ = tokenizer.load_or_train(cache, fp, sources.iter_text_batches(splits["train"]), vocab_size)
+    if tok is None:
+        tok, _ = tokenizer.load_or_train(cache, fp, sources.iter_text_batches(splits["train"]),
+                                         vocab_size)
     tok_hash = tokenizer.tokenizer_hash(tok)
     path = tokenizer.tokens_path(cache, fp, tok_hash)
     encoded = tokenizer.load_encoded(path, SPLITS)

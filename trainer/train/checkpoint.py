@@ -1,5 +1,6 @@
 """A run's checkpoints: resume from the newest readable one, save with the loop's history, clean
-up, and restore a trained run's model for analysis (``restore_trained``).
+up, and restore a trained run's model: for inference from the run directory alone
+(``restore_model``), or with its data for analysis (``restore_trained``).
 
 ``RUN_DIR/checkpoints/ckpt-N.{index,data-*}`` are tf.train checkpoints of everything a resume
 needs: model, optimizer, step and the loop's running values at step N (best eval loss, max
@@ -21,17 +22,21 @@ import re
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import tensorflow as tf
 
 from trainer.atomic import atomic_write
 from trainer.config import ConfigError, load_config
 from trainer.data import prepare
+from trainer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from trainer.faults import _reason, writing
 from trainer.models import build_model, use_run_norm
-from trainer.rundir import CHECKPOINTS, CONFIG
-from trainer.train.rundir import RunDirError
+from trainer.rundir import CHECKPOINTS, CONFIG, PROMPT_COUNT, TOKENIZER
+from trainer.telemetry.samples import sample_prompts
+from trainer.train.rundir import RunDirError, load_prompts, load_tokenizer
 
 KEEP = 2  # a corrupt newest checkpoint leaves an older one to fall back to
 _INDEX = re.compile(r"ckpt-(\d+)\.index")
@@ -151,22 +156,77 @@ def save(manager: tf.train.CheckpointManager, step: int, history: dict) -> None:
         manager.save(checkpoint_number=step)
 
 
+@dataclass(frozen=True)
+class RunText:
+    """What inference needs of a run's data (``restore_model``): its ``tokenizer``, ``max_len``
+    and the ids of its fixed validation ``prompts`` (``trainer.telemetry.samples``); the special
+    ids as on a ``Corpus``."""
+
+    tokenizer: Any
+    max_len: int
+    prompts: list[list[int]]
+    pad_id, bos_id, eos_id = PAD_ID, BOS_ID, EOS_ID
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+
+def restore_model(run_dir: Path):
+    """(cfg, ``RunText``, model) of a trained run, the model at its last checkpoint: what
+    ``generate`` needs, read from the run directory alone (config, tokenizer.json, prompts.json,
+    checkpoint), no data and no network. A run made before runs saved their tokenizer falls
+    back to preparing its data, with a note on stderr. Errors as ``restore_trained``."""
+    run_dir = Path(run_dir)
+    cfg, latest = _latest(run_dir)
+    tok, prompts = load_tokenizer(run_dir), load_prompts(run_dir)
+    if tok is None or prompts is None:
+        corpus = _prepare_for(run_dir, cfg, tok)
+        text = RunText(corpus.tokenizer, corpus.max_len, sample_prompts(corpus, PROMPT_COUNT))
+    else:
+        text = RunText(tok, int(cfg.data.max_len), prompts)
+    return cfg, text, _restored(cfg, text.vocab_size, text.max_len, latest)
+
+
 def restore_trained(run_dir: Path):
     """(cfg, corpus, model) of a trained run, the model at its last checkpoint: what the
-    checkpoint analyses (``trainer.analysis``) evaluate. A ``ConfigError`` when there is no
+    checkpoint analyses (``trainer.analysis``) evaluate. The data is prepared for its text and
+    encoded with the run's own tokenizer (``RUN_DIR/tokenizer.json``), so a run analyses the
+    same ids it was trained on, whatever the cache holds. A ``ConfigError`` when there is no
     checkpoint or it lacks a model variable."""
     run_dir = Path(run_dir)
+    cfg, latest = _latest(run_dir)
+    corpus = _prepare_for(run_dir, cfg, load_tokenizer(run_dir))
+    return cfg, corpus, _restored(cfg, corpus.vocab_size, corpus.max_len, latest)
+
+
+def _latest(run_dir: Path) -> tuple:
+    """(cfg, newest checkpoint prefix) of ``run_dir`` (its norm from outside the lab, if any,
+    made the one its copy holds); a ConfigError when it has no checkpoint."""
     cfg = load_config(run_dir / CONFIG)
+    use_run_norm(run_dir, cfg.model.norm)  # a norm from outside the lab: the run's own copy
     latest = tf.train.latest_checkpoint(str(run_dir / CHECKPOINTS))
     if latest is None:
         raise ConfigError(f"{run_dir} has no checkpoint (checkpoints are not committed: rerun "
                           f"it with the same config, or `python -m trainer reproduce`, to make one)")
-    corpus = prepare(cfg.data)
-    use_run_norm(run_dir, cfg.model.norm)  # a norm from outside the lab: the run's own copy
-    model = build_model(cfg.model, corpus.vocab_size, corpus.max_len)
+    return cfg, latest
+
+
+def _prepare_for(run_dir: Path, cfg, tok):
+    """The run's data as a Corpus, encoded with ``tok`` (None: a run made before runs saved
+    their tokenizer; the one trained on the data, with a note)."""
+    if tok is None:
+        print(f"note: {run_dir} has no {TOKENIZER} (made before runs saved it): preparing its "
+              f"data for the tokenizer", file=sys.stderr, flush=True)
+    return prepare(cfg.data, tok=tok)
+
+
+def _restored(cfg, vocab_size: int, max_len: int, latest: str):
+    """The run's model built for ``vocab_size``/``max_len``, its weights from ``latest``."""
+    model = build_model(cfg.model, vocab_size, max_len)
     try:
         make_checkpoint(model).restore(latest).expect_partial().assert_existing_objects_matched()
     except AssertionError:
         raise ConfigError(f"{latest} does not hold every model variable (made before "
                           f"checkpoints listed them all): rerun the run to make one") from None
-    return cfg, corpus, model
+    return model

@@ -27,14 +27,16 @@ from trainer.faults import Stopped
 from trainer.machine import peak_rss_mb
 from trainer.models import BATCH_NORMS, build_model, plugin
 from trainer.memory import keep_large_blocks, release_free_memory
-from trainer.rundir import EVAL, FINISHED, META, SUMMARY, TRAIN
+from trainer.rundir import EVAL, FINISHED, META, PROMPT_COUNT, SUMMARY, TOKENIZER, TRAIN
+from trainer.telemetry.samples import sample_prompts
 from trainer.telemetry.spikes import SpikeCounter
 from trainer.telemetry.tensorboard import RunWriters, expand, truncate_events
 from trainer.train import checkpoint
 from trainer.train.evaluation import Evaluator
 from trainer.train.optimizer import decay_groups, make_optimizer
 from trainer.train.preempt import stop_requests
-from trainer.train.rundir import collect_meta, inspect_run_dir, read_json, run_lock, write_json
+from trainer.train.rundir import (collect_meta, inspect_run_dir, read_json, run_lock,
+                                  save_text_files, write_json)
 from trainer.train.timing import Throughput, Timings
 from trainer.train.step import Step, make_eval_step, make_train_step
 from trainer.train.strategy import make_strategy
@@ -175,6 +177,8 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
     if start == 0:
         _write_meta(cfg, run_dir, corpus, stats, strategy, argv,
                     decay_groups(run.model.trainable_variables))
+    if start == 0 or not (run_dir / TOKENIZER).is_file():  # a run begun before runs saved it
+        save_text_files(run_dir, corpus.tokenizer, sample_prompts(corpus, PROMPT_COUNT))
     writers = _open_curves(cfg, run_dir, start, stats)
     evaluator = Evaluator(cfg, run, corpus, writers, timings, history)
     running, speed = RunningValues(history, corpus.vocab_size, t.log_every), Throughput()

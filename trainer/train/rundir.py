@@ -1,5 +1,7 @@
 """Writing a run directory (its names: ``trainer.rundir``): the lock and the saved config, what
-an existing directory holds for a config, and the provenance that goes into meta.json."""
+an existing directory holds for a config, the provenance that goes into meta.json, and the
+tokenizer and fixed prompts that make the directory usable without its data
+(``save_text_files``, read back by ``load_tokenizer`` and ``load_prompts``)."""
 
 from __future__ import annotations
 
@@ -16,13 +18,14 @@ from omegaconf import OmegaConf
 from trainer import rundir
 from trainer.atomic import read_json, write_json, write_text
 from trainer.config import ConfigError, to_yaml
-from trainer.faults import EXIT_BUSY
+from trainer.faults import EXIT_BUSY, writing
 from trainer.machine import machine_identity, versions
 from trainer.provenance import git_dirty, git_sha
 
 # read_json/write_json live in trainer.atomic; the training loop imports them from here.
 __all__ = ["LOCK_RETRY_S", "RunDirError", "RunBusyError", "collect_meta",
-           "inspect_run_dir", "is_locked", "read_json", "run_lock", "write_json"]
+           "inspect_run_dir", "is_locked", "load_prompts", "load_tokenizer", "read_json",
+           "run_lock", "save_text_files", "write_json"]
 
 class RunDirError(ConfigError):
     """The run directory cannot be used as asked (different config, unwritable, ...)."""
@@ -119,3 +122,42 @@ def collect_meta(cfg, argv: list[str], data_info: dict) -> dict:
         "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         **data_info,
     }
+
+
+def save_text_files(run_dir: Path, tok, prompts: list[list[int]]) -> None:
+    """Write ``RUN_DIR/tokenizer.json`` (exactly ``tok.to_str()``: its sha256 prefix is
+    meta.json's ``tokenizer_hash``) and ``RUN_DIR/prompts.json`` (the ids of the fixed
+    validation ``prompts``), each atomically."""
+    path = Path(run_dir) / rundir.TOKENIZER
+    with writing("the tokenizer", path):
+        write_text(path, tok.to_str())
+    write_json(Path(run_dir) / rundir.PROMPTS, {"validation": prompts})
+
+
+def load_tokenizer(run_dir: Path):
+    """The run's ``tokenizers.Tokenizer`` from ``RUN_DIR/tokenizer.json``; None when the run was
+    made before runs saved it. A ``RunDirError`` when it does not hash to meta.json's
+    ``tokenizer_hash`` (the file is not this run's tokenizer)."""
+    from tokenizers import Tokenizer
+
+    from trainer.data.tokenizer import tokenizer_hash
+
+    path = Path(run_dir) / rundir.TOKENIZER
+    if not path.is_file():
+        return None
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as e:  # noqa: BLE001 - tokenizers raises its own Exception type
+        raise RunDirError(f"cannot read {path}: {e}") from None
+    want = read_json(Path(run_dir) / rundir.META).get("tokenizer_hash")
+    if want and tokenizer_hash(tok) != want:
+        raise RunDirError(f"{path} hashes to {tokenizer_hash(tok)}, but the run was trained with "
+                          f"tokenizer {want} (meta.json): it is not this run's tokenizer")
+    return tok
+
+
+def load_prompts(run_dir: Path) -> list[list[int]] | None:
+    """The ids of the run's fixed validation prompts (``RUN_DIR/prompts.json``); None when the
+    run was made before runs saved them."""
+    prompts = read_json(Path(run_dir) / rundir.PROMPTS).get("validation")
+    return None if prompts is None else [[int(i) for i in p] for p in prompts]
