@@ -209,3 +209,24 @@ def test_a_registry_must_cover_its_choice_exactly():
     for broken in ({m: 1 for m in Norm if m != Norm.masked_batch}, {**full, "group": 1}):
         with pytest.raises(ImportError, match="Norm and the registry differ"):
             Norm.require_keys(broken, "the registry")
+
+
+def test_the_choices_docstring_says_which_vocabularies_are_checked_at_import():
+    """trainer/choices.py names, as checked, exactly the vocabularies whose registry calls
+    ``require_keys`` somewhere in the package, and names every other one as unchecked (it once
+    said every vocabulary was checked; Init and Decay are not)."""
+    import re
+    from pathlib import Path
+
+    from trainer import choices
+
+    package = Path(choices.__file__).parent
+    checked = {m for p in package.rglob("*.py")
+               for m in re.findall(r"\b([A-Z]\w*)\.require_keys\(", p.read_text(encoding="utf-8"))}
+    vocabularies = {name for name, v in vars(choices).items() if isinstance(v, type)
+                    and issubclass(v, choices.Choice) and v is not choices.Choice}
+    said_checked, _, rest = choices.__doc__.partition("are the key sets of registries")
+    said_checked = set(re.findall(r"``(\w+)``", said_checked.rsplit("\n\n", 1)[-1]))
+    said_unchecked = set(re.findall(r"``([A-Z]\w*)``", rest.split("nothing checks at import", 1)[-1]))
+    assert checked and said_checked == checked, (said_checked, checked)
+    assert said_unchecked == vocabularies - checked, (said_unchecked, vocabularies - checked)

@@ -44,7 +44,7 @@ def _run_parser() -> _Parser:
     p.add_argument("--pairs", type=_positive, default=5,
                    help="interleaved telemetry on/off pairs the steps are split into")
     p.add_argument("--matmul-sizes", type=_sizes, default=[1024, 2048, 3072], metavar="N,N,...",
-                   help="fp32 matmul sizes for the peak (the best counts)")
+                   help="matmul sizes for the peak, in the compute dtype (the best counts)")
     p.add_argument("--no-profile", dest="profile", action="store_false",
                    help="skip the forward/backward profile of one shape")
     p.add_argument("--no-pad-to-max", dest="pad_to_max", action="store_false",

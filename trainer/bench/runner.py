@@ -2,7 +2,8 @@
 
 Everything but the peak RSS runs in one process, in this order:
 
-1. matmul peak: fp32 XLA matmuls at a few sizes (best of a few reps each) -> GFLOP/s. MFU is
+1. matmul peak: XLA matmuls in the model's compute dtype (float32; bfloat16 when
+   ``runtime.mixed_precision``) at a few sizes (best of a few reps each) -> GFLOP/s. MFU is
    measured against the best of them, not against a datasheet.
 2. the bucketed stream with telemetry on and off, interleaved (``throughput.interleaved``):
    the real train steps (``build_run``, XLA per ``runtime.xla``) over ``corpus.train_batch``;

@@ -45,8 +45,8 @@ _LEGACY = "written before checkpoints held the run's history (train it again in 
 
 def make_checkpoint(model, optimizer=None, resumable: bool = False) -> tf.train.Checkpoint:
     """The tf.train.Checkpoint of a run: every model variable, the optimizer, and when
-    ``resumable`` the step and the loop's history (``save`` assigns them, ``restore`` returns
-    the history).
+    ``resumable`` the step and the loop's history (``save`` assigns them, ``resume`` restores
+    them and returns the history).
 
     ``weights`` lists ``model.variables`` explicitly, in construction order: tf.train does not
     follow the Keras 3 list of blocks, so without it a block's non-trainable state (BN running
