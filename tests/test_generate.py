@@ -19,7 +19,7 @@ from trainer.train.checkpoint import restore_trained as restore
 from trainer.config import ConfigError, load_config
 from trainer.generate import encode_prompts
 from trainer.models import CausalLM
-from trainer.train.checkpoint import MODEL_FILE
+from trainer.rundir import MODEL
 from trainer.train.loop import run_training
 
 
@@ -124,7 +124,7 @@ def test_a_prompt_the_tokenizer_maps_to_nothing_is_refused(run_dir):
 
 def test_the_final_model_opens_with_keras_load_model(run_dir):
     _, corpus, model = restore(run_dir)  # the last checkpoint, through the training code
-    loaded = keras.saving.load_model(run_dir / MODEL_FILE)
+    loaded = keras.saving.load_model(run_dir / MODEL)
     assert type(loaded) is CausalLM and loaded.config == model.config
     tokens = corpus.eval_batches("validation", 1)[0]
     for training in (False, True):  # BN: running statistics and batch statistics

@@ -1,4 +1,5 @@
-"""The run directory's layout and the summary.json schema: every name in one place.
+"""The run directory's and the results directory's layout, and the summary.json schema: every
+file name in one place.
 
 ::
 
@@ -8,9 +9,19 @@
     RUN_DIR/train/          TRAIN        TensorBoard event files: training curves
     RUN_DIR/eval/           EVAL         TensorBoard event files: evaluation curves and probes
     RUN_DIR/checkpoints/    CHECKPOINTS  tf.train checkpoints for resume (never committed)
+    RUN_DIR/model.keras     MODEL        the finished run's model (``checkpoint.save_model``)
     RUN_DIR/.lock           LOCK         held by the process writing the run
     RUN_DIR/baselines.json  BASELINES    unigram/bigram losses of the run's data (results/)
     OUT/reproduce.json      REPRODUCE    the verdict, in a reproduction's directory
+
+A results directory (``python -m trainer summarize ROOT``, ``trainer.results.summarize``)::
+
+    ROOT/runs.csv           RUNS_CSV     one row per run
+    ROOT/summary.csv        SUMMARY_CSV  one row per variant
+    ROOT/summary.md         SUMMARY_MD   the variant table, printed by ``sweep`` and ``summarize``
+    ROOT/lr_sweep.csv       LR_SWEEP_CSV best rate and LR sensitivity per variant (rate sweeps)
+    ROOT/lr_sweep.md        LR_SWEEP_MD  the same, as a table
+    ROOT/plots/             PLOTS        the sweep's figures
 
 No TensorFlow here: the training loop writes these files, ``trainer.results`` reads them.
 """
@@ -26,9 +37,17 @@ TRAIN = "train"
 EVAL = "eval"
 CURVES = (TRAIN, EVAL)  # the event directories, in the order they are read and compared
 CHECKPOINTS = "checkpoints"
+MODEL = "model.keras"
 LOCK = ".lock"
 BASELINES = "baselines.json"
 REPRODUCE = "reproduce.json"
+
+RUNS_CSV = "runs.csv"
+SUMMARY_CSV = "summary.csv"
+SUMMARY_MD = "summary.md"
+LR_SWEEP_CSV = "lr_sweep.csv"
+LR_SWEEP_MD = "lr_sweep.md"
+PLOTS = "plots"
 
 FINISHED = ("completed", "diverged")  # summary.json statuses of a run that will not train on
 

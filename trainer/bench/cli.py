@@ -159,7 +159,7 @@ def _report(path, readme: str | None) -> None:
 
     from trainer.bench import report
     from trainer.config import ConfigError
-    from trainer.train.rundir import read_json
+    from trainer.atomic import read_json
 
     r = read_json(path)
     if not r:

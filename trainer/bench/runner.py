@@ -193,7 +193,7 @@ def bench(args) -> dict:
     from trainer.config import load_config
     from trainer.data import prepare
     from trainer.memory import keep_large_blocks
-    from trainer.train.rundir import write_json
+    from trainer.atomic import write_json
 
     keep_large_blocks()  # as a training run does: measure the allocator the runs use
     tf = trainer.import_tensorflow_quietly()

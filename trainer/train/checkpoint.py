@@ -30,7 +30,7 @@ from trainer.config import ConfigError, load_config
 from trainer.data import prepare
 from trainer.faults import _reason, writing
 from trainer.models import build_model
-from trainer.rundir import CHECKPOINTS, CONFIG
+from trainer.rundir import CHECKPOINTS, CONFIG, MODEL
 from trainer.train.rundir import RunDirError
 
 KEEP = 2  # a corrupt newest checkpoint leaves an older one to fall back to
@@ -38,7 +38,6 @@ _INDEX = re.compile(r"ckpt-(\d+)\.index")
 # What reading a damaged checkpoint raises: TF errors, or e.g. IndexError("Read less bytes
 # than requested") from a truncated data file; a structure mismatch fails the assert.
 _UNREADABLE = (tf.errors.OpError, OSError, ValueError, IndexError, AssertionError)
-MODEL_FILE = "model.keras"  # RUN_DIR/model.keras: the finished run's model (save_model)
 HISTORY_KEY = "history/.ATTRIBUTES/VARIABLE_VALUE"  # the history variable's name in a checkpoint
 _LEGACY = "written before checkpoints held the run's history (train it again in a fresh directory)"
 
@@ -65,7 +64,7 @@ def save_model(model, run_dir: Path) -> Path:
     """Write the final ``model`` as ``RUN_DIR/model.keras`` (atomically): config and weights,
     which ``keras.saving.load_model`` opens with only ``trainer.models`` imported (every custom
     layer is registered under the package name ``trainer``)."""
-    path = Path(run_dir) / MODEL_FILE
+    path = Path(run_dir) / MODEL
     with writing("the final model", path):
         atomic_write(path, lambda tmp: model.save(tmp))
     return path

@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
 from trainer import compile_cache
+from trainer.atomic import read_json, write_json
 from trainer.data import prepare
 from trainer.data.tfdata import train_dataset
 from trainer.faults import Stopped
@@ -34,7 +35,7 @@ from trainer.train import checkpoint
 from trainer.train.evaluation import Evaluator
 from trainer.train.optimizer import decay_groups, make_optimizer
 from trainer.train.preempt import stop_requests
-from trainer.train.rundir import collect_meta, inspect_run_dir, read_json, run_lock, write_json
+from trainer.train.rundir import collect_meta, inspect_run_dir, run_lock
 from trainer.train.timing import Throughput, Timings
 from trainer.train.step import Step, make_eval_step, make_train_step
 from trainer.train.strategy import make_strategy

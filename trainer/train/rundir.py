@@ -14,15 +14,14 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from trainer import rundir
-from trainer.atomic import read_json, write_json, write_text
+from trainer.atomic import read_json, write_text
 from trainer.config import ConfigError, to_yaml
 from trainer.faults import EXIT_BUSY
 from trainer.machine import machine_identity, versions
 from trainer.provenance import git_dirty, git_sha
 
-# read_json/write_json live in trainer.atomic; the training loop imports them from here.
 __all__ = ["LOCK_RETRY_S", "RunDirError", "RunBusyError", "collect_meta",
-           "inspect_run_dir", "is_locked", "read_json", "run_lock", "write_json"]
+           "inspect_run_dir", "is_locked", "run_lock"]
 
 class RunDirError(ConfigError):
     """The run directory cannot be used as asked (different config, unwritable, ...)."""
