@@ -195,14 +195,14 @@ def test_results_load_no_tensorflow_when_imported():
 
 
 def test_importing_and_plotting_leave_environment_and_backend_alone(tmp_path):
-    """Importing the package, the plots and the claim figures, then drawing and saving a
-    figure, sets no environment variable and chooses no matplotlib backend: the figures are
-    drawn off-screen without one."""
+    """Importing the package, the plots (the LR figure too) and the claim figures, then drawing
+    and saving a figure, sets no environment variable and chooses no matplotlib backend: the
+    figures are drawn off-screen without one."""
     code = f"""
 import os, sys
 import matplotlib
 before = (dict(os.environ), dict.__getitem__(matplotlib.rcParams, "backend"))
-import trainer, trainer.results.plots, trainer.findings.figures
+import trainer, trainer.results.plots, trainer.results.lr_plot, trainer.findings.figures
 from trainer.atomic import save_figure, subplots
 fig, ax = subplots(figsize=(2, 2))
 ax.plot([0, 1], [1, 0])
