@@ -91,10 +91,22 @@ def test_yaml_errors_name_the_file(tmp_path):
 
 
 def test_yaml_is_safe(tmp_path):
-    evil = tmp_path / "evil.yaml"
-    evil.write_text("name: !!python/object/apply:os.system ['echo hacked']\n")
-    with pytest.raises(ConfigError):
+    """A config whose YAML would run a command if it were loaded unsafely: the command writes
+    a marker file. Loading it is the one-line config error, and the marker never appears."""
+    import yaml
+
+    def payload(marker):
+        return f"model:\n  norm: !!python/object/apply:os.system ['touch {marker}']\n"
+
+    control = tmp_path / "CONTROL"
+    yaml.unsafe_load(payload(control))  # the payload does what it says when loaded unsafely
+    assert control.exists()
+    marker, evil = tmp_path / "MARKER", tmp_path / "evil.yaml"
+    evil.write_text(payload(marker))
+    with pytest.raises(ConfigError) as e:
         load_config(evil)
+    assert not marker.exists()
+    assert "\n" not in str(e.value) and str(evil) in str(e.value), str(e.value)
 
 
 def test_every_shipped_config_loads():
