@@ -282,3 +282,20 @@ def test_json_io_has_one_definition_imported_from_atomic():
                   and set(JSON_IO) & set(ast.literal_eval(node.value))):
                 bad.append(f"{module}: exports {JSON_IO} in __all__")
     assert not bad, bad
+
+
+def test_the_dtype_policy_is_chosen_in_one_place():
+    """The Keras dtype policy of a run is set by trainer.train.strategy.precision only: the
+    training loop and the bench call it instead of each writing the policy out."""
+    setters = sorted(m for m, p in MODULES.items()
+                     if "set_global_policy" in p.read_text(encoding="utf-8")
+                     or "mixed_bfloat16" in _strings(ast.parse(p.read_text(encoding="utf-8"))))
+    assert setters == ["trainer.train.strategy"], setters
+
+
+def test_nothing_calls_back_into_the_command_line():
+    """``trainer.__main__`` is the top: no module imports it (``python -m trainer.bench`` has
+    its own entry, ``trainer.bench.cli.main``, instead of calling the lab's ``main``)."""
+    graph = _graph()
+    callers = sorted(m for m, edges in graph.items() if "trainer.__main__" in edges)
+    assert not callers, callers

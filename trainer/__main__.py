@@ -4,12 +4,11 @@ library; ``bench`` parses its own (``trainer/bench/cli.py``)."""
 
 from __future__ import annotations
 
-import os
+from trainer import command_line_environment
 
 # The command line's own settings, made before anything imports TensorFlow (importing the
-# ``trainer`` package changes no environment): TF's CUDA/XLA chatter on CPU machines off.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# ``trainer`` package changes no environment).
+command_line_environment()
 
 import argparse  # noqa: E402
 import sys  # noqa: E402

@@ -6,5 +6,6 @@ tokens/s, telemetry on/off interleaved, pad-to-max), ``flops`` (model FLOPs, mat
 run), ``data`` (``bench data``: data preparation), ``report`` (targets, text, README table),
 ``sweep`` (``bench sweep``: a sweep's wall time, the old and the new way), ``decode``
 (``bench decode``: cached vs recomputed decoding, tokens/s), ``device``
-(``scripts/device_check.sh``'s accelerator report).
+(``scripts/device_check.sh``'s accelerator report), ``__main__`` (``python -m trainer.bench``,
+the same command through ``cli.main``).
 """

@@ -1,5 +1,6 @@
 """Arguments of ``python -m trainer bench [data|report|sweep|decode]`` (argparse only: imported
-before TF): ``bench`` alone reports one config, ``ACTIONS`` are its subcommands."""
+before TF): ``bench`` alone reports one config, ``ACTIONS`` are its subcommands. ``main`` is the
+bench's own entry (``python -m trainer.bench``): the same parse and ``run``."""
 
 from __future__ import annotations
 
@@ -126,6 +127,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                "steps": args.steps, "pairs": args.pairs,
                                "line": shlex.join(["python", "-m", "trainer", "bench", *argv])}
     return args
+
+
+def main(argv: list[str]) -> int:
+    """``bench ARGV`` to its exit code: parse, import TensorFlow quietly, ``run``; a project
+    error is one line on stderr (``trainer.faults.report``), as on the lab's command line."""
+    from trainer import import_tensorflow_quietly
+    from trainer.faults import report
+
+    args = parse_args(argv)
+    args.argv = ["bench", *argv]
+
+    def go() -> int:
+        import_tensorflow_quietly()
+        return run(args)
+
+    return report(go)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -38,7 +38,7 @@ from trainer.train.preempt import stop_requests
 from trainer.train.rundir import collect_meta, inspect_run_dir, run_lock
 from trainer.train.timing import Throughput, Timings
 from trainer.train.step import Step, make_eval_step, make_train_step
-from trainer.train.strategy import make_strategy
+from trainer.train.strategy import make_strategy, precision
 
 # Keys a variant is described by in the HParams dashboard.
 HPARAM_KEYS = ("model.norm", "model.placement", "model.residual", "model.num_layers", "model.dim",
@@ -65,15 +65,10 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
     with run_lock(run_dir, cfg):
         if inspect_run_dir(run_dir, cfg) in FINISHED:  # finished while we waited for data
             return read_json(run_dir / SUMMARY)
-        # bfloat16 compute with float32 variables; norms and the head stay float32 (models/).
-        previous = keras.mixed_precision.global_policy()
-        keras.mixed_precision.set_global_policy(
-            "mixed_bfloat16" if cfg.runtime.mixed_precision else "float32")
         try:
-            with stop_requests() as stop:
+            with precision(cfg), stop_requests() as stop:
                 return _train(cfg, run_dir, corpus, argv, progress, stop, timings)
         finally:
-            keras.mixed_precision.set_global_policy(previous)
             compile_cache.promote()  # what this run compiled, for the next process
 
 
