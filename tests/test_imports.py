@@ -299,3 +299,13 @@ def test_nothing_calls_back_into_the_command_line():
     graph = _graph()
     callers = sorted(m for m, edges in graph.items() if "trainer.__main__" in edges)
     assert not callers, callers
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("trainer.analysis")))
+def test_analyses_reach_no_claim(module):
+    """Analyses sit below the claims: trainer.findings reads them (findings.batch reads
+    analysis.padding), so no analysis reaches trainer.findings, not even its thresholds (they
+    live in trainer.analysis.thresholds)."""
+    via = reachable(_graph(), module)
+    upward = [m for m in via if m == "trainer.findings" or m.startswith("trainer.findings.")]
+    assert not upward, f"{module} reaches {_chain(via, upward[0])}"

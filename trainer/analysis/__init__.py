@@ -6,7 +6,8 @@ CSV, ``NAME.meta.json``: the commit and tree state that made it and its command 
 (``trainer.provenance.write_stamp``), which the findings page's Provenance lists.
 
 Modules, one per KIND: ``grad_profile`` (at init), ``batch_size``, ``composition``, ``padding``,
-``stream``, ``decode``, ``ln_backward`` (from checkpoints).
+``stream``, ``decode``, ``ln_backward`` (from checkpoints); and ``thresholds``, the
+pre-registered numbers they draw (below the claims: no analysis imports ``trainer.findings``).
 """
 
 ANALYSES = {"grad-profile": "trainer.analysis.grad_profile",
