@@ -274,8 +274,8 @@ def test_json_io_has_one_definition_imported_from_atomic():
                                               or a.asname not in (None, a.name)):
                         bad.append(f"{module}: from {node.module} import {a.name}")
             elif (isinstance(node, (ast.FunctionDef, ast.Assign)) and module != "trainer.atomic"
-                  and {getattr(node, "name", None), *(ast.unparse(t) for t in
-                                                      getattr(node, "targets", []))} & set(JSON_IO)):
+                  and {getattr(node, "name", None),
+                       *(ast.unparse(t) for t in getattr(node, "targets", []))} & set(JSON_IO)):
                 bad.append(f"{module}: defines {ast.unparse(node)[:40]}")
             elif (isinstance(node, ast.Assign) and module != "trainer.atomic"
                   and any(ast.unparse(t) == "__all__" for t in node.targets)

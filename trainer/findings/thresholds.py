@@ -8,7 +8,7 @@ AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX, FORMULA_TOL) are defined, with their reasons
 read the analyses, the analyses never read a claim module.
 """
 
-from trainer.analysis.thresholds import (AFFINE_SPREAD_MIN, DEPENDENT_MIN, FLAT_SPREAD_MAX,
+from trainer.analysis.thresholds import (AFFINE_SPREAD_MIN, DEPENDENT_MIN, FLAT_SPREAD_MAX,  # noqa: F401
                                          FORMULA_TOL, INVARIANT_MAX, POLLUTION_MIN)
 from trainer.results.baselines import PLATEAU_MARGIN  # "at the plateau": one definition, tables too
 
