@@ -91,10 +91,22 @@ def test_yaml_errors_name_the_file(tmp_path):
 
 
 def test_yaml_is_safe(tmp_path):
-    evil = tmp_path / "evil.yaml"
-    evil.write_text("name: !!python/object/apply:os.system ['echo hacked']\n")
-    with pytest.raises(ConfigError):
+    """A config whose YAML would run a command if it were loaded unsafely: the command writes
+    a marker file. Loading it is the one-line config error, and the marker never appears."""
+    import yaml
+
+    def payload(marker):
+        return f"model:\n  norm: !!python/object/apply:os.system ['touch {marker}']\n"
+
+    control = tmp_path / "CONTROL"
+    yaml.unsafe_load(payload(control))  # the payload does what it says when loaded unsafely
+    assert control.exists()
+    marker, evil = tmp_path / "MARKER", tmp_path / "evil.yaml"
+    evil.write_text(payload(marker))
+    with pytest.raises(ConfigError) as e:
         load_config(evil)
+    assert not marker.exists()
+    assert "\n" not in str(e.value) and str(evil) in str(e.value), str(e.value)
 
 
 def test_every_shipped_config_loads():
@@ -211,3 +223,25 @@ def test_a_registry_must_cover_its_choice_exactly():
     for broken in ({m: 1 for m in Norm if m != Norm.masked_batch}, {**full, "group": 1}):
         with pytest.raises(ImportError, match="Norm and the registry differ"):
             Norm.require_keys(broken, "the registry")
+
+
+def test_the_choices_docstring_says_which_vocabularies_are_checked_at_import():
+    """trainer/choices.py names, as checked, exactly the vocabularies whose registry calls
+    ``require_keys`` somewhere in the package, and names every other one as unchecked (it once
+    said every vocabulary was checked; Init and Decay are not)."""
+    import re
+    from pathlib import Path
+
+    from trainer import choices
+
+    package = Path(choices.__file__).parent
+    checked = {m for p in package.rglob("*.py")
+               for m in re.findall(r"\b([A-Z]\w*)\.require_keys\(", p.read_text(encoding="utf-8"))}
+    vocabularies = {name for name, v in vars(choices).items() if isinstance(v, type)
+                    and issubclass(v, choices.Choice) and v is not choices.Choice}
+    said_checked, _, rest = choices.__doc__.partition("are the key sets of registries")
+    said_checked = set(re.findall(r"``(\w+)``", said_checked.rsplit("\n\n", 1)[-1]))
+    unchecked_part = rest.split("nothing checks at import", 1)[-1]
+    said_unchecked = set(re.findall(r"``([A-Z]\w*)``", unchecked_part))
+    assert checked and said_checked == checked, (said_checked, checked)
+    assert said_unchecked == vocabularies - checked, (said_unchecked, vocabularies - checked)

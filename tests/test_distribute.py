@@ -112,3 +112,19 @@ def test_strategy_names_are_the_config_vocabulary():
     with pytest.raises(ConfigError, match=r"unknown runtime.strategy 'mirror' \(did you mean "
                                           r"'mirrored'\?\); valid: auto, "):
         make_strategy("mirror")
+
+
+@pytest.mark.parametrize("mixed,policy", [(True, "mixed_bfloat16"), (False, "float32")])
+def test_precision_sets_the_policy_of_the_config_and_restores_the_previous(mixed, policy):
+    """The one dtype policy helper the training loop and the bench both run under."""
+    import keras
+
+    from trainer.config import load_config
+    from trainer.train.strategy import compute_dtype, precision
+
+    cfg = load_config(None, [f"runtime.mixed_precision={str(mixed).lower()}"])
+    before = keras.mixed_precision.global_policy().name
+    with precision(cfg):
+        assert keras.mixed_precision.global_policy().name == policy
+        assert keras.mixed_precision.global_policy().compute_dtype == compute_dtype(mixed)
+    assert keras.mixed_precision.global_policy().name == before

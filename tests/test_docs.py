@@ -223,3 +223,50 @@ def test_cli_page_documents_every_command_and_option():
             missing.append(f"analyze {kind}")
         missing += [f"analyze {kind} {f}" for f in flags if f not in analyze]
     assert missing == []
+
+
+PACKAGES = sorted(p.parent.name for p in (ROOT / "trainer").glob("*/__init__.py"))
+
+
+def _modules(package: str) -> set[str]:
+    """The package's files, as module names (``__init__`` left out)."""
+    return {p.stem for p in (ROOT / "trainer" / package).glob("*.py") if p.stem != "__init__"}
+
+
+def _map_entry(package: str) -> str:
+    """docs/development.md's module map entry for ``trainer/PACKAGE/`` (to the next entry)."""
+    block = _page("docs/development.md").split("## Module map", 1)[1].split("```", 2)[1]
+    entry = re.search(rf"^trainer/{package}/ (.*?)(?=^\S)", block, flags=re.S | re.M)
+    assert entry, f"the Development module map has no trainer/{package}/ entry"
+    return entry.group(1)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_package_docstring_names_exactly_its_files(package):
+    """Every ``name`` in the docstring of ``trainer/PACKAGE/__init__.py`` that could be a module
+    (a lowercase identifier) is one of the package's files, and every file is named: adding a
+    file without saying what it holds fails here."""
+    import ast
+
+    doc = ast.get_docstring(ast.parse((ROOT / "trainer" / package / "__init__.py").read_text()))
+    named = set(re.findall(r"``([a-z_][a-z0-9_]*)``", doc or ""))
+    assert named == _modules(package), (f"named, no such file: {sorted(named - _modules(package))}"
+                                        f"; not named: {sorted(_modules(package) - named)}")
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_the_development_map_names_every_file_of_a_package(package):
+    """docs/development.md's module map names each file of the package in its ``trainer/PACKAGE/`` entry
+    (a word of its own; an analysis by its command name, ``grad-profile`` for grad_profile)."""
+    entry = _map_entry(package)
+    missing = sorted(m for m in _modules(package)
+                     if not re.search(rf"(?<![\w-]){m.replace('_', '[_-]')}(?![\w-])", entry))
+    assert not missing, f"trainer/{package}/ in docs/development.md's module map omits {missing}"
+
+
+def test_the_module_map_check_fails_on_an_unnamed_file(monkeypatch):
+    monkeypatch.setattr(f"{__name__}._modules", lambda package: {"step", "loop", "no_such_file"})
+    with pytest.raises(AssertionError, match="no_such_file"):
+        test_the_development_map_names_every_file_of_a_package("train")
+    with pytest.raises(AssertionError, match="no_such_file"):
+        test_a_package_docstring_names_exactly_its_files("train")

@@ -22,8 +22,8 @@ from trainer.train.checkpoint import restore_trained as restore
 from trainer.config import ConfigError, load_config
 from trainer.generate import encode_prompts
 from trainer.models import CausalLM
-from trainer.rundir import META, PROMPT_COUNT, PROMPTS, SUMMARY, TOKENIZER
-from trainer.train.checkpoint import MODEL_FILE, restore_model
+from trainer.rundir import META, MODEL, PROMPT_COUNT, PROMPTS, SUMMARY, TOKENIZER
+from trainer.train.checkpoint import restore_model
 from trainer.train.loop import run_training
 from trainer.train.rundir import load_prompts
 
@@ -129,7 +129,7 @@ def test_a_prompt_the_tokenizer_maps_to_nothing_is_refused(run_dir):
 
 def test_the_final_model_opens_with_keras_load_model(run_dir):
     _, corpus, model = restore(run_dir)  # the last checkpoint, through the training code
-    loaded = keras.saving.load_model(run_dir / MODEL_FILE)
+    loaded = keras.saving.load_model(run_dir / MODEL)
     assert type(loaded) is CausalLM and loaded.config == model.config
     tokens = corpus.eval_batches("validation", 1)[0]
     for training in (False, True):  # BN: running statistics and batch statistics
@@ -203,7 +203,7 @@ def test_a_run_begun_before_runs_saved_their_tokenizer_gets_it_on_resume(run_dir
 
 def test_the_final_model_loads_with_no_data(run_dir, tmp_path, monkeypatch):
     cache = _no_data(monkeypatch, tmp_path)
-    loaded = keras.saving.load_model(run_dir / MODEL_FILE)  # trainer.models is imported
+    loaded = keras.saving.load_model(run_dir / MODEL)  # trainer.models is imported
     cfg, text, model = restore_model(run_dir)
     ids = np.array(encode_prompts(["The history of"], text.tokenizer, text.bos_id, text.max_len))
     mask = np.ones_like(ids, dtype="float32")

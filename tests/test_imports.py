@@ -195,14 +195,14 @@ def test_results_load_no_tensorflow_when_imported():
 
 
 def test_importing_and_plotting_leave_environment_and_backend_alone(tmp_path):
-    """Importing the package, the plots and the claim figures, then drawing and saving a
-    figure, sets no environment variable and chooses no matplotlib backend: the figures are
-    drawn off-screen without one."""
+    """Importing the package, the plots (the LR figure too) and the claim figures, then drawing
+    and saving a figure, sets no environment variable and chooses no matplotlib backend: the
+    figures are drawn off-screen without one."""
     code = f"""
 import os, sys
 import matplotlib
 before = (dict(os.environ), dict.__getitem__(matplotlib.rcParams, "backend"))
-import trainer, trainer.results.plots, trainer.findings.figures
+import trainer, trainer.results.plots, trainer.results.lr_plot, trainer.findings.figures
 from trainer.atomic import save_figure, subplots
 fig, ax = subplots(figsize=(2, 2))
 ax.plot([0, 1], [1, 0])
@@ -223,3 +223,89 @@ def test_analyses_import_no_training_code_on_import(module):
     found = imported(MODULES[module].read_text(encoding="utf-8"), module, on_import_only=True)
     bad = sorted(m for m in found if m == "trainer.train" or m.startswith("trainer.train."))
     assert not bad, f"{module} imports {bad} at module level"
+
+
+def _strings(tree: ast.AST) -> list[str]:
+    """Every string constant of ``tree`` except docstrings (they may name files in prose)."""
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.body and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)}
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str) and id(n) not in docs]
+
+
+def file_name_literals(source: str, names) -> list[str]:
+    """String literals of ``source`` that are one of ``names`` or a path ending in one."""
+    import re
+
+    pattern = re.compile(r"^(?:[\w.-]+/)*(%s)$" % "|".join(re.escape(n) for n in names))
+    return [s for s in _strings(ast.parse(source)) if pattern.match(s)]
+
+
+def test_run_and_results_file_names_live_in_rundir_only():
+    """A file of a run or results directory (config.yaml, model.keras, summary.md, runs.csv,
+    ...) is named once, in trainer/rundir.py; every other module uses the constant."""
+    from trainer import rundir
+
+    names = sorted(v for k, v in vars(rundir).items() if k.isupper() and isinstance(v, str)
+                   and "." in v)
+    assert {"config.yaml", "model.keras", "summary.md", "runs.csv", "lr_sweep.csv"} <= set(names)
+    assert file_name_literals('X = "sweep/summary.md"\nY = "a config.yaml file"', names) == [
+        "sweep/summary.md"]
+    found = {m: hits for m, p in MODULES.items() if m != "trainer.rundir"
+             if (hits := file_name_literals(p.read_text(encoding="utf-8"), names))}
+    assert not found, f"file names spelled outside trainer/rundir.py: {found}"
+
+
+JSON_IO = ("read_json", "write_json")
+
+
+def test_json_io_has_one_definition_imported_from_atomic():
+    """read_json/write_json are defined in trainer/atomic.py and imported from there, under
+    their own names: no module re-exports or renames them."""
+    bad = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    if a.name in JSON_IO and (_resolve(node, module) != "trainer.atomic"
+                                              or a.asname not in (None, a.name)):
+                        bad.append(f"{module}: from {node.module} import {a.name}")
+            elif (isinstance(node, (ast.FunctionDef, ast.Assign)) and module != "trainer.atomic"
+                  and {getattr(node, "name", None),
+                       *(ast.unparse(t) for t in getattr(node, "targets", []))} & set(JSON_IO)):
+                bad.append(f"{module}: defines {ast.unparse(node)[:40]}")
+            elif (isinstance(node, ast.Assign) and module != "trainer.atomic"
+                  and any(ast.unparse(t) == "__all__" for t in node.targets)
+                  and set(JSON_IO) & set(ast.literal_eval(node.value))):
+                bad.append(f"{module}: exports {JSON_IO} in __all__")
+    assert not bad, bad
+
+
+def test_the_dtype_policy_is_chosen_in_one_place():
+    """The Keras dtype policy of a run is set by trainer.train.strategy.precision only: the
+    training loop and the bench call it instead of each writing the policy out."""
+    setters = sorted(m for m, p in MODULES.items()
+                     if "set_global_policy" in p.read_text(encoding="utf-8")
+                     or "mixed_bfloat16" in _strings(ast.parse(p.read_text(encoding="utf-8"))))
+    assert setters == ["trainer.train.strategy"], setters
+
+
+def test_nothing_calls_back_into_the_command_line():
+    """``trainer.__main__`` is the top: no module imports it (``python -m trainer.bench`` has
+    its own entry, ``trainer.bench.cli.main``, instead of calling the lab's ``main``)."""
+    graph = _graph()
+    callers = sorted(m for m, edges in graph.items() if "trainer.__main__" in edges)
+    assert not callers, callers
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("trainer.analysis")))
+def test_analyses_reach_no_claim(module):
+    """Analyses sit below the claims: trainer.findings reads them (findings.batch reads
+    analysis.padding), so no analysis reaches trainer.findings, not even its thresholds (they
+    live in trainer.analysis.thresholds)."""
+    via = reachable(_graph(), module)
+    upward = [m for m in via if m == "trainer.findings" or m.startswith("trainer.findings.")]
+    assert not upward, f"{module} reaches {_chain(via, upward[0])}"

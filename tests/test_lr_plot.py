@@ -54,7 +54,10 @@ def _lr_runs(seeds=(0, 1)) -> list[Run]:
 def test_lr_sensitivity_figure_reads_cleanly():
     variants = lr_variants(_lr_runs(), BASELINES)
     assert len(variants) == len(LR_VARIANTS)
+    open_before = plt.get_fignums()
     fig = lr_figure(variants, BASELINES)
+    # drawn off-screen (trainer.atomic.subplots): no pyplot figure is left open behind it
+    assert plt.get_fignums() == open_before
     try:
         _check_layout(fig)
         (ax,) = fig.axes

@@ -134,9 +134,8 @@ def test_a_plugin_run_keeps_its_norm_for_resume_reproduce_generate_and_loading(t
                               env=env, capture_output=True, text=True, timeout=600)
 
     steps = [a for a in TINY if not a.startswith("train.steps")]
-    train = ["train", "--config", ROOT / "configs/base.yaml", *steps,
-             "model.norm=norms/power.py:PowerNorm", "--quiet", "--workdir", run]
-    first = cli(*train, "train.steps=3")
+    first = cli("train", "--config", ROOT / "configs/base.yaml", *steps, "train.steps=3",
+                "model.norm=norms/power.py:PowerNorm", "--quiet", "--workdir", run)
     assert first.returncode == 0, first.stderr
     kept = run / "norm" / "power.py"
     assert kept.read_text() == (work / "norms/power.py").read_text()

@@ -41,6 +41,14 @@ def test_controls_never_make_a_claim_yes_or_no():
     assert verdict([Part("e", True), Part("c", True, control=True)]) == "yes"
 
 
+def test_no_parts_is_no_verdict():
+    """A claim that judged nothing has no verdict (it used to read "checks only"); a claim whose
+    inputs are missing is still *not run*."""
+    with pytest.raises(ValueError, match="no parts"):
+        verdict([])
+    assert verdict([], missing=True) == "not run"
+
+
 def test_heavy_tailed_maxima_are_judged_on_a_log_scale():
     """F8's naive-BN values of the archived reference: a linear t-interval of three maxima reaches
     below zero; the interval of their logarithms is the geometric mean's and stays positive."""

@@ -1,10 +1,20 @@
 """normlab: a normalization and residual ablation lab for Transformer language models.
 
 Importing the package changes nothing outside it (no environment variable, no matplotlib
-backend): the command line (``trainer/__main__.py``) sets what it needs.
+backend): the command line (``trainer/__main__.py``, ``trainer/bench/__main__.py``) sets what
+it needs by ``command_line_environment``.
 """
 
 __version__ = "0.1.0"
+
+
+def command_line_environment() -> None:
+    """The command line's own settings, made before anything imports TensorFlow: TF's CUDA/XLA
+    chatter on CPU machines off, Keras on TensorFlow (each only where the caller set none)."""
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 
 def import_tensorflow_quietly():

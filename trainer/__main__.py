@@ -4,12 +4,11 @@ library; ``bench`` parses its own (``trainer/bench/cli.py``)."""
 
 from __future__ import annotations
 
-import os
+from trainer import command_line_environment
 
 # The command line's own settings, made before anything imports TensorFlow (importing the
-# ``trainer`` package changes no environment): TF's CUDA/XLA chatter on CPU machines off.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# ``trainer`` package changes no environment).
+command_line_environment()
 
 import argparse  # noqa: E402
 import sys  # noqa: E402
@@ -22,6 +21,7 @@ from trainer.analysis import ANALYSES  # noqa: E402
 from trainer.bench.cli import ACTIONS as BENCH_ACTIONS, parse_args as bench_args  # noqa: E402
 from trainer.config import ConfigError  # noqa: E402
 from trainer.faults import report  # noqa: E402
+from trainer.rundir import SUMMARY_MD  # noqa: E402
 from trainer.train import command as train_command  # noqa: E402
 
 
@@ -62,7 +62,7 @@ def _sweep(args) -> None:
     root = run_sweep(args.config, args.out, args.parallel, args.overrides, args.launcher,
                      wait=not args.no_wait, wait_limit_s=args.wait_limit,
                      reuse=not args.no_reuse)
-    print((root / "summary.md").read_text())
+    print((root / SUMMARY_MD).read_text())
 
 
 def _worker(args) -> int:
@@ -84,7 +84,7 @@ def _summarize(args) -> None:
     root = _results_dir(args.results_dir)
     with writing("tables", root):
         summarize(root)
-    print((root / "summary.md").read_text())
+    print((root / SUMMARY_MD).read_text())
 
 
 def _reproduce_arguments(p) -> None:

@@ -1,9 +1,14 @@
 """The config's vocabularies: one ``Choice`` enum per field that takes one of a fixed set of names.
 
 They live here, apart from trainer.models and trainer.data, so that reading and validating a
-config never imports TensorFlow. Each is the key set of the registry (or dispatch table) that
-implements it, and that registry checks at import that it covers every member (the class
-docstrings name it), so a name cannot be valid in the config and missing in the code.
+config never imports TensorFlow. The class docstrings name the code that implements each.
+
+``Norm``, ``Source`` and ``Strategy`` are the key sets of registries (``NORMS``, ``LOADERS``,
+``STRATEGIES``) that check at import, by ``Choice.require_keys``, that they cover exactly the
+members, so a name cannot be valid in the config and missing in the code. The others are read by
+comparisons in the code that uses them, which nothing checks at import: ``Placement``,
+``Residual`` (the blocks), ``Init`` (``kernel_init``), ``Decay`` (``make_schedule``) and
+``Format`` (``resolve``, the ``datasets`` builder).
 """
 
 from __future__ import annotations

@@ -322,13 +322,17 @@ def validate(cfg: DictConfig) -> None:
 
 
 def network_key(cfg: DictConfig) -> str:
-    """The config with every key that cannot change the trained network put in one canonical
-    form; two configs with the same key train the same function from the same seed.
+    """The config as YAML with ``name`` dropped (a label only) and, for ``model.norm=none``,
+    ``placement`` and ``norm_affine`` fixed: two configs with the same key train the same function
+    from the same seed. ``sweep.dedupe`` drops a variant whose key an earlier one has.
 
     With ``model.norm=none`` there is no norm to place: pre ``x + F(x)`` and post ``x + F(x)``
     (and the final norm, identity) are one network, so ``placement`` is canonically ``pre``,
     and there is no γ/β to drop, so ``norm_affine`` is canonically ``true``.
-    ``name`` is a label only.
+
+    Nothing else is canonicalised: every other key is compared as written, even one the network
+    ignores (``dyt_alpha`` with ``norm=layer``, ``bn_momentum`` with a norm that keeps no running
+    statistics), so such configs get different keys although they train the same network.
     """
     data = to_dict(cfg)
     data.pop("name", None)

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from trainer.config import ConfigError
+from trainer.rundir import CONFIG
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +66,7 @@ def _check(args) -> None:
     if args.temperature < 0 or args.top_k < 0:
         raise ConfigError("--temperature and --top-k must be >= 0")
     run_dir = Path(args.run_dir)
-    if not (run_dir / "config.yaml").is_file():
+    if not (run_dir / CONFIG).is_file():
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
 
 

@@ -1,4 +1,5 @@
-"""The run directory's layout and the summary.json schema: every name in one place.
+"""The run directory's and the results directory's layout, and the summary.json schema: every
+file name in one place.
 
 ::
 
@@ -15,9 +16,21 @@
                                          and model loading need no tokenizer from the data
     RUN_DIR/prompts.json    PROMPTS      the ids of the first PROMPT_COUNT fixed validation
                                          prompts (``generate`` without --prompt reads no data)
+    RUN_DIR/model.keras     MODEL        the finished run's model (``checkpoint.save_model``)
     RUN_DIR/.lock           LOCK         held by the process writing the run
     RUN_DIR/baselines.json  BASELINES    unigram/bigram losses of the run's data (results/)
     OUT/reproduce.json      REPRODUCE    the verdict, in a reproduction's directory
+    DIR/report.json         REPORT_JSON  evaluate-norm's report (trainer/evaluate), and DIR/report.md
+                            REPORT_MD    its page
+
+A results directory (``python -m trainer summarize ROOT``, ``trainer.results.summarize``)::
+
+    ROOT/runs.csv           RUNS_CSV     one row per run
+    ROOT/summary.csv        SUMMARY_CSV  one row per variant
+    ROOT/summary.md         SUMMARY_MD   the variant table, printed by ``sweep`` and ``summarize``
+    ROOT/lr_sweep.csv       LR_SWEEP_CSV best rate and LR sensitivity per variant (rate sweeps)
+    ROOT/lr_sweep.md        LR_SWEEP_MD  the same, as a table
+    ROOT/plots/             PLOTS        the sweep's figures
 
 No TensorFlow here: the training loop writes these files, ``trainer.results`` reads them.
 """
@@ -38,9 +51,19 @@ NORM_SOURCE = "source.json"
 TOKENIZER = "tokenizer.json"
 PROMPTS = "prompts.json"
 PROMPT_COUNT = 4  # fixed validation prompts saved in PROMPTS: what `generate` continues by default
+MODEL = "model.keras"
 LOCK = ".lock"
 BASELINES = "baselines.json"
 REPRODUCE = "reproduce.json"
+REPORT_JSON = "report.json"  # evaluate-norm's report (trainer/evaluate), and its page:
+REPORT_MD = "report.md"
+
+RUNS_CSV = "runs.csv"
+SUMMARY_CSV = "summary.csv"
+SUMMARY_MD = "summary.md"
+LR_SWEEP_CSV = "lr_sweep.csv"
+LR_SWEEP_MD = "lr_sweep.md"
+PLOTS = "plots"
 
 FINISHED = ("completed", "diverged")  # summary.json statuses of a run that will not train on
 

@@ -4,6 +4,10 @@ answer one question each and write a CSV (+ PNG) into a results directory.
 ``python -m trainer analyze KIND ...``; KIND is a key of ``ANALYSES``. Each writes, beside its
 CSV, ``NAME.meta.json``: the commit and tree state that made it and its command line
 (``trainer.provenance.write_stamp``), which the findings page's Provenance lists.
+
+Modules, one per KIND: ``grad_profile`` (at init), ``batch_size``, ``composition``, ``padding``,
+``stream``, ``decode``, ``ln_backward`` (from checkpoints); and ``thresholds``, the
+pre-registered numbers they draw (below the claims: no analysis imports ``trainer.findings``).
 """
 
 ANALYSES = {"grad-profile": "trainer.analysis.grad_profile",

@@ -77,7 +77,7 @@ def analyse(run_dir: Path, n: int) -> list[dict]:
 
 def plot(rows: list[dict], path: Path) -> None:
     """Max |Δ logits| per norm x mode, seeds as points, on a log axis floored at LOG_AXIS_FLOOR."""
-    from trainer.findings.thresholds import DEPENDENT_MIN, INVARIANT_MAX
+    from trainer.analysis.thresholds import DEPENDENT_MIN, INVARIANT_MAX
     from trainer.results.palette import LOG_AXIS_FLOOR, NORM_COLORS
 
     norms = list(dict.fromkeys(r["norm"] for r in rows))

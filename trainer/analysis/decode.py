@@ -34,7 +34,7 @@ from trainer.analysis import analyse_runs, analysis_main, at_least_one, option
 from trainer.analysis.batch_size import full_windows
 from trainer.atomic import save_figure, subplots
 from trainer.config import ConfigError
-from trainer.findings.thresholds import DEPENDENT_MIN, INVARIANT_MAX
+from trainer.analysis.thresholds import DEPENDENT_MIN, INVARIANT_MAX
 
 # The streaming requests: prompt length and new tokens as shares of max_len, one window each.
 PROMPT_SHARES = ((1 / 2, 1 / 8), (1 / 8, 1 / 4), (1 / 4, 1 / 8), (1 / 16, 1 / 4))

@@ -29,7 +29,7 @@ from trainer.analysis import analyse_runs, analysis_main, at_least_one, option
 from trainer.analysis.batch_size import full_windows
 from trainer.atomic import save_figure, subplots
 from trainer.config import ConfigError
-from trainer.findings.thresholds import FORMULA_TOL
+from trainer.analysis.thresholds import FORMULA_TOL
 
 WINDOWS = 8
 

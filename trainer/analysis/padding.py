@@ -25,7 +25,7 @@ import numpy as np
 from trainer.analysis import analyse_runs, analysis_main, option
 from trainer.atomic import save_figure, subplots
 from trainer.config import ConfigError, load_config
-from trainer.findings.thresholds import POLLUTION_MIN
+from trainer.analysis.thresholds import POLLUTION_MIN
 from trainer.rundir import CONFIG
 
 # The three ways of batching the same training stream (which sub-sweep trained with each is the

@@ -34,7 +34,7 @@ import numpy as np
 from trainer.analysis import analyse_runs, analysis_main, at_least_one, option
 from trainer.analysis.batch_size import full_windows
 from trainer.atomic import save_figure, subplots
-from trainer.findings.thresholds import AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX
+from trainer.analysis.thresholds import AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX
 
 PROBE_STEPS = 300  # full-batch Adam steps of each probe (a convex problem: enough to settle)
 PROBE_LR = 0.05  # Adam step on standardised features

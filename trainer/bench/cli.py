@@ -1,5 +1,6 @@
 """Arguments of ``python -m trainer bench [data|report|sweep|decode]`` (argparse only: imported
-before TF): ``bench`` alone reports one config, ``ACTIONS`` are its subcommands."""
+before TF): ``bench`` alone reports one config, ``ACTIONS`` are its subcommands. ``main`` is the
+bench's own entry (``python -m trainer.bench``): the same parse and ``run``."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def _run_parser() -> _Parser:
     p.add_argument("--pairs", type=_positive, default=5,
                    help="interleaved telemetry on/off pairs the steps are split into")
     p.add_argument("--matmul-sizes", type=_sizes, default=[1024, 2048, 3072], metavar="N,N,...",
-                   help="fp32 matmul sizes for the peak (the best counts)")
+                   help="matmul sizes for the peak, in the compute dtype (the best counts)")
     p.add_argument("--no-profile", dest="profile", action="store_false",
                    help="skip the forward/backward profile of one shape")
     p.add_argument("--no-pad-to-max", dest="pad_to_max", action="store_false",
@@ -129,6 +130,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def main(argv: list[str]) -> int:
+    """``bench ARGV`` to its exit code: parse, import TensorFlow quietly, ``run``; a project
+    error is one line on stderr (``trainer.faults.report``), as on the lab's command line."""
+    from trainer import import_tensorflow_quietly
+    from trainer.faults import report
+
+    args = parse_args(argv)
+    args.argv = ["bench", *argv]
+
+    def go() -> int:
+        import_tensorflow_quietly()
+        return run(args)
+
+    return report(go)
+
+
 def run(args: argparse.Namespace) -> int:
     """Carry out parsed ``bench`` arguments (errors are the caller's to print)."""
     from pathlib import Path
@@ -160,7 +177,7 @@ def _report(path, readme: str | None) -> None:
 
     from trainer.bench import report
     from trainer.config import ConfigError
-    from trainer.train.rundir import read_json
+    from trainer.atomic import read_json
 
     r = read_json(path)
     if not r:

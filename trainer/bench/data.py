@@ -89,7 +89,7 @@ def bench_data(size_mb: int, out: Path, vocab_size: int = 8192, workdir: str | N
     """
     import multiprocessing as mp
 
-    from trainer.train.rundir import write_json
+    from trainer.atomic import write_json
 
     tmp = Path(tempfile.mkdtemp(prefix="normlab-bench-data-", dir=workdir))
     try:

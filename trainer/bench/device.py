@@ -24,7 +24,7 @@ def collect(work: Path, gpus: int, dry_run: bool) -> dict:
     import trainer
     from trainer.bench.runner import machine_block
     from trainer.atomic import read_json
-    from trainer.rundir import SUMMARY
+    from trainer.rundir import SUMMARY, SUMMARY_MD
 
     t = _timings(work)
     out = {"dry_run": dry_run, "gpus_visible": gpus,
@@ -35,7 +35,7 @@ def collect(work: Path, gpus: int, dry_run: bool) -> dict:
                         "summary": read_json(work / "mirrored" / SUMMARY) or None}
                        if "mirrored" in t else
                        {"skipped": f"{gpus} GPU(s) visible; a 2-replica run needs 2"})
-    table = work / "sweep" / "summary.md"
+    table = work / "sweep" / SUMMARY_MD
     out["sweep"] = {**t["sweep"], "config": "configs/sweeps/quick.yaml",
                     "runs": sorted(p.parent.name for p in (work / "sweep").glob(f"*/{SUMMARY}")),
                     "summary_md": table.read_text() if table.exists() else None}
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", type=int, default=0)
     p.add_argument("--dry-run", type=int, choices=(0, 1), default=0)
     args = p.parse_args(argv)
-    from trainer.train.rundir import write_json
+    from trainer.atomic import write_json
 
     report = collect(args.work, args.gpus, bool(args.dry_run))
     args.out.parent.mkdir(parents=True, exist_ok=True)

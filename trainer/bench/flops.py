@@ -1,4 +1,5 @@
-"""Model FLOPs of a training batch, and the fp32 XLA matmul peak that MFU is measured against."""
+"""Model FLOPs of a training batch, and the XLA matmul peak that MFU is measured against: in the
+dtype the model computes in (float32, or bfloat16 under ``runtime.mixed_precision``)."""
 
 from __future__ import annotations
 

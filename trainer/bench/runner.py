@@ -2,7 +2,8 @@
 
 Everything but the peak RSS runs in one process, in this order:
 
-1. matmul peak: fp32 XLA matmuls at a few sizes (best of a few reps each) -> GFLOP/s. MFU is
+1. matmul peak: XLA matmuls in the model's compute dtype (float32; bfloat16 when
+   ``runtime.mixed_precision``) at a few sizes (best of a few reps each) -> GFLOP/s. MFU is
    measured against the best of them, not against a datasheet.
 2. the bucketed stream with telemetry on and off, interleaved (``throughput.interleaved``):
    the real train steps (``build_run``, XLA per ``runtime.xla``) over ``corpus.train_batch``;
@@ -17,7 +18,6 @@ Everything but the peak RSS runs in one process, in this order:
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from pathlib import Path
@@ -36,20 +36,6 @@ class Phases(dict):
             return fn(*args, **kwargs)
         finally:
             self[name] = time.perf_counter() - t0
-
-
-@contextlib.contextmanager
-def _precision(cfg):
-    """The Keras dtype policy the training loop uses for ``cfg`` (bfloat16 when mixed)."""
-    import keras
-
-    previous = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy(
-        "mixed_bfloat16" if cfg.runtime.mixed_precision else "float32")
-    try:
-        yield
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
 
 
 def _with(cfg, **sections):
@@ -157,11 +143,11 @@ def assemble(cfg, corpus, args, m: dict, tf) -> dict:
 
 def measure(cfg, corpus, args, tf, phases: Phases) -> dict:
     """Every measurement of the report, in the order of this module's docstring."""
-    from trainer.train.strategy import make_strategy
+    from trainer.train.strategy import compute_dtype, make_strategy
 
     strategy = make_strategy(cfg.runtime.strategy)
     m = {"phases": phases, "stats": corpus.stats()}
-    dtype = "bfloat16" if cfg.runtime.mixed_precision else "float32"  # what the model runs
+    dtype = compute_dtype(cfg.runtime.mixed_precision)  # what the model runs
     m["matmul_peak"] = phases.run("matmul_peak", flops.matmul_peak, tf, args.matmul_sizes,
                                   dtype=dtype)
     rec, m["pairs"] = phases.run("train_interleaved", measure_bucketed, cfg, corpus, strategy,
@@ -192,7 +178,8 @@ def bench(args) -> dict:
     from trainer.config import load_config
     from trainer.data import prepare
     from trainer.memory import keep_large_blocks
-    from trainer.train.rundir import write_json
+    from trainer.atomic import write_json
+    from trainer.train.strategy import precision
 
     keep_large_blocks()  # as a training run does: measure the allocator the runs use
     tf = trainer.import_tensorflow_quietly()
@@ -200,7 +187,7 @@ def bench(args) -> dict:
     phases, t_start = Phases(), time.perf_counter()
     tf.config.experimental.enable_op_determinism()  # as the training loop does
     corpus = phases.run("prepare", prepare, cfg.data, seed=cfg.train.seed)
-    with _precision(cfg):
+    with precision(cfg):
         m = measure(cfg, corpus, args, tf, phases)
     r = assemble(cfg, corpus, args, m, tf)
     r["wall_s"] = time.perf_counter() - t_start

@@ -2,6 +2,11 @@
 
 ``prepare(cfg.data, seed)`` returns a ``Corpus``; every user-fixable problem raises ``DataError``
 with a one-line message.
+
+Modules: ``sources`` (embedded / hub / files -> train/validation/test text), ``tokenizer``
+(byte-level BPE, cached), ``batching`` (windows, length buckets, deterministic schedules; numpy),
+``corpus`` (``prepare()``: all of it -> ``Corpus``), ``tfdata`` (the training batches as a
+``tf.data.Dataset``: the package's only TensorFlow).
 """
 
 from .corpus import Corpus, prepare

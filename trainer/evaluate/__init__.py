@@ -1,12 +1,12 @@
 """``python -m trainer evaluate-norm NORM``: the lab's whole protocol for one norm, in one command.
 
-NORM is a lab norm (``layer``, ``batch``, …) or one from outside the lab (``PATH.py:Class``,
-``package.module:Class``: ``trainer.models.plugin``). ``--budget``:
+NORM is a lab norm (`layer`, `batch`, …) or one from outside the lab (``PATH.py:Class``,
+``package.module:Class``: trainer/models/plugin.py). `--budget`:
 
-- ``checks`` (no training, seconds): the norm contract's properties on the reference model at
-  init (``properties``), and on a trained checkpoint of an earlier ``quick``/``reference`` run
-  into the same ``--out`` when there is one;
-- ``quick`` / ``reference``: the rate grid, the best rate on validation, ``--seeds`` seeds at
+- `checks` (no training, seconds): the norm contract's properties on the reference model at
+  init (``properties``), and on a trained checkpoint of an earlier `quick`/`reference` run
+  into the same `--out` when there is one;
+- `quick` / `reference`: the rate grid, the best rate on validation, `--seeds` seeds at
   it, the test split, against the baselines at the same budget (``protocol``), then the
   properties at init and trained.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from trainer import rundir
 from trainer.config import ConfigError, check_norm
 
 BUDGET_NAMES = ("checks", "quick", "reference")
@@ -67,7 +68,7 @@ def _model(norm: str, overrides=(), seed: int = 0):
 
 def _trained_properties(run_dir: Path | None):
     """The properties of a trained run's last checkpoint; None without one."""
-    if run_dir is None or not any((run_dir / "checkpoints").glob("*.index")):
+    if run_dir is None or not any((run_dir / rundir.CHECKPOINTS).glob("*.index")):
         return None
     from trainer.evaluate.properties import measure
     from trainer.train.checkpoint import restore_trained
@@ -102,7 +103,8 @@ def main(args) -> int:
         rep["properties"]["trained"] = _trained_properties(_best_run(previous))
     rep["sentence"] = report.sentence(rep)
     report.write(rep, out)
-    print(f"{rep['display']}: {rep['sentence']}\nwrote {out / 'report.md'} and report.json")
+    print(f"{rep['display']}: {rep['sentence']}\nwrote {out / rundir.REPORT_MD} and "
+          f"{rundir.REPORT_JSON}")
     return 0
 
 
@@ -138,5 +140,5 @@ def _protocol(rep: dict, norm: str, budget, out: Path, args) -> None:
         path = write_lr_figure(lr_variants(runs, outcome.baselines), out, outcome.baselines)
         rep["figure"] = path.name
     rep["runs"] = sorted(str(p.relative_to(out)) for p in out.glob("*/*")
-                         if (p / "summary.json").is_file())
+                         if (p / rundir.SUMMARY).is_file())
     rep["properties"]["trained"] = _trained_properties(_best_run(outcome))

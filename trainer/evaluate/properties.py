@@ -4,6 +4,8 @@ reports for any norm, the lab's own included.
 Each property is the largest |Δ logits| over the positions it concerns, and holds when that is
 at most ``INVARIANT_MAX`` (float32 reassociation noise on logits of size ~10 is ~1e-6):
 
+Inputs: 4 random sequences of 32 tokens (at most half the model's positions), 16 pads at most.
+
 - ``causal``: logits at positions < t do not move when the tokens from t on change (inference
   mode; training mode reported beside it: batch statistics see the future);
 - ``batch_invariant``: a sequence's logits alone vs batched with three others, in training mode
@@ -24,7 +26,7 @@ import tensorflow as tf
 from trainer.findings.thresholds import INVARIANT_MAX
 from trainer.telemetry.probes import frozen_state
 
-BATCH, LENGTH, CUT, EXTRA_PADS = 4, 32, 16, 16  # sequences, tokens each, causal cut, pads added
+BATCH, LENGTH, EXTRA_PADS = 4, 32, 16  # sequences, tokens each (at most), pads added (at most)
 PAD_ID, FIRST_ID = 0, 3  # token ids: [PAD]; the first id after the specials
 
 
@@ -63,16 +65,18 @@ def measure(model, seed: int = 0) -> dict:
     the measured ``max_abs_diff`` (per mode where there are two)."""
     rng = np.random.default_rng(seed)
     vocab = model.vocab_size
-    tokens = rng.integers(FIRST_ID, vocab, size=(BATCH, LENGTH)).astype("int32")
-    mask = np.ones((BATCH, LENGTH), "float32")
+    length = min(LENGTH, model.max_len // 2)  # room for the pads within the positions it has
+    cut, pads = length // 2, min(EXTRA_PADS, model.max_len - length)
+    tokens = rng.integers(FIRST_ID, vocab, size=(BATCH, length)).astype("int32")
+    mask = np.ones((BATCH, length), "float32")
     changed = tokens.copy()
-    changed[:, CUT:] = rng.integers(FIRST_ID, vocab, size=(BATCH, LENGTH - CUT))
-    padded = np.concatenate([tokens, np.full((BATCH, EXTRA_PADS), PAD_ID, "int32")], axis=1)
-    padded_mask = np.concatenate([mask, np.zeros((BATCH, EXTRA_PADS), "float32")], axis=1)
+    changed[:, cut:] = rng.integers(FIRST_ID, vocab, size=(BATCH, length - cut))
+    padded = np.concatenate([tokens, np.full((BATCH, pads), PAD_ID, "int32")], axis=1)
+    padded_mask = np.concatenate([mask, np.zeros((BATCH, pads), "float32")], axis=1)
 
     def causal(training):
-        return _delta(_logits(model, tokens, mask, training)[:, :CUT],
-                      _logits(model, changed, mask, training)[:, :CUT])
+        return _delta(_logits(model, tokens, mask, training)[:, :cut],
+                      _logits(model, changed, mask, training)[:, :cut])
 
     def batch(training):
         return _delta(_logits(model, tokens[:1], mask[:1], training)[0],
@@ -80,7 +84,7 @@ def measure(model, seed: int = 0) -> dict:
 
     def padding(training):
         return _delta(_logits(model, tokens, mask, training),
-                      _logits(model, padded, padded_mask, training)[:, :LENGTH])
+                      _logits(model, padded, padded_mask, training)[:, :length])
 
     out = {"causal": {**_entry(causal(False)), "training_mode": _entry(causal(True))},
            "batch_invariant": _two_modes({"training": batch(True), "inference": batch(False)}),
@@ -88,9 +92,9 @@ def measure(model, seed: int = 0) -> dict:
                                             "inference": padding(False)}),
            "train_equals_inference": _entry(_delta(_logits(model, tokens, mask, True),
                                                    _logits(model, tokens, mask, False))),
-           "decode_matches_forward": _entry(_delta(_decode(model, tokens[:2, :CUT]),
-                                                   _logits(model, tokens[:2, :CUT],
-                                                           mask[:2, :CUT], False)))}
+           "decode_matches_forward": _entry(_delta(_decode(model, tokens[:2, :cut]),
+                                                   _logits(model, tokens[:2, :cut],
+                                                           mask[:2, :cut], False)))}
     return out
 
 

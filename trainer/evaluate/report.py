@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from trainer import rundir
 from trainer.atomic import write_json, write_text
 from trainer.norm_names import row
 from trainer.results.metrics import interval
@@ -169,8 +170,8 @@ def markdown(report: dict) -> str:
 
 def write(report: dict, out: Path) -> None:
     """report.json and report.md into ``out``."""
-    write_json(out / "report.json", report)
-    write_text(out / "report.md", markdown(report))
+    write_json(out / rundir.REPORT_JSON, report)
+    write_text(out / rundir.REPORT_MD, markdown(report))
 
 
 def display(norm: str) -> str:

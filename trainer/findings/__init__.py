@@ -1,8 +1,8 @@
 """The claims of the teaching texts, judged on the reference runs -> results/README.md.
 
 Above ``results/`` (run tables, plots) and ``analysis/`` (checkpoint analyses), which never
-import it; the one module they may read is ``thresholds`` (the pre-registered numbers, no
-TensorFlow).
+import it: the thresholds the analyses draw live in ``trainer.analysis.thresholds``, and this
+package's ``thresholds`` imports them under the same names.
 
 - ``thresholds``: every threshold, with its reason;
 - ``claim``: the ``Finding`` record and its formatting;

@@ -1,7 +1,7 @@
 """One claim's measurement: the ``Finding`` record and the formatting every claim module shares.
 
 A claim module (``core``, ``batch``, ``depth``, ``ln``, ``stream``) defines functions
-``claim(ref: Reference) -> Finding`` and lists them in its ``CLAIMS``; ``core.measure`` runs
+``claim(ref: Reference) -> Finding`` and lists them in its ``CLAIMS``; ``page.measure`` runs
 them all and ``page`` renders them.
 """
 
@@ -89,9 +89,14 @@ def verdict(parts: list[Part], missing: bool = False) -> str:
     - *yes*: every evidence part shows; *no*: none shows and some failed; *partly*: some
       show and some failed (parts that could not be judged are listed, not counted);
     - *checks only*: the claim has controls and no evidence part (a definition, demonstrated).
+
+    A claim with no part at all has no verdict: ``ValueError`` (a claim module that added
+    nothing is a bug, not a result), unless it is *not run*.
     """
     if missing:
         return "not run"
+    if not parts:
+        raise ValueError("no parts: a claim that judged nothing has no verdict")
     if any(p.control and not p.shown for p in parts):
         return "inconclusive"
     evidence = [p for p in parts if not p.control]

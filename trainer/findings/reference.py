@@ -16,6 +16,7 @@ import yaml
 from trainer.atomic import read_json
 from trainer.findings.thresholds import MIN_SEEDS
 from trainer.provenance import commit_label, read_stamp
+from trainer.rundir import CONFIG
 from trainer.results.baselines import FILE as BASELINES_FILE
 from trainer.results.metrics import finite, mean
 from trainer.results.run import load_runs
@@ -26,7 +27,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def _flat(path: Path) -> dict:
     """A run's model/data/train values as lower-case strings (plain YAML, no schema: a reference
     holds hundreds of runs and the claims look each up many times)."""
-    with open(path / "config.yaml", encoding="utf-8") as fh:
+    with open(path / CONFIG, encoding="utf-8") as fh:
         cfg = yaml.load(fh, Loader=_Loader)
     return {k: str(v).lower() for section in ("model", "data", "train")
             for k, v in (cfg.get(section) or {}).items()}

@@ -1,11 +1,15 @@
 """Every threshold the claims are judged by, with the reason for its value.
 
 Fixed before the runs that test them and never loosened after: a change is a new
-pre-registration with new runs. This module imports no TensorFlow and no claim, so the analyses
-(which draw some of these lines on their figures) and the claims read the same numbers without
-importing each other.
+pre-registration with new runs. This module imports no TensorFlow and no claim. The thresholds
+the analyses also draw on their figures (INVARIANT_MAX, DEPENDENT_MIN, POLLUTION_MIN,
+AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX, FORMULA_TOL) are defined, with their reasons, in
+``trainer.analysis.thresholds``, below both, and imported here under the same names: the claims
+read the analyses, the analyses never read a claim module.
 """
 
+from trainer.analysis.thresholds import (AFFINE_SPREAD_MIN, DEPENDENT_MIN, FLAT_SPREAD_MAX,  # noqa: F401
+                                         FORMULA_TOL, INVARIANT_MAX, POLLUTION_MIN)
 from trainer.results.baselines import PLATEAU_MARGIN  # "at the plateau": one definition, tables too
 
 # ---- the design (pre-registered with the rules; results/PREREGISTRATION.md) -----------------
@@ -21,10 +25,7 @@ RATE_GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 SHORT_GRID = (0.316, 1.0, 3.16)
 
 # ---- S, F1-F7 ------------------------------------------------------------------------------
-# Per-token norms: float32 reassociation noise on logits of size ~10 is ~1e-6; 1e-4 leaves 100x.
-INVARIANT_MAX = 1e-4
-# Batch dependence a reader would notice: a hundredth of a logit.
-DEPENDENT_MIN = 1e-2
+# INVARIANT_MAX (per-token norms: 1e-4) and DEPENDENT_MIN (batch dependence: 1e-2): above.
 # LN's train/inference "gap" must be numerically zero (the same function in both modes).
 GAP_ZERO = 1e-4
 # A BN train/inference gap that matters: 0.05 nats is a 5 % change in perplexity.
@@ -53,16 +54,10 @@ FLAT_MAX = 1e-4
 SMALL_BATCH_GAP = 0.1
 
 # ---- F9 ------------------------------------------------------------------------------------
-# F9: a shift of a tenth of a feature's standard deviation, subtracted from every real token by
-# naive BN, moves its normalised output by 0.1: a thousand times LN's invariance bound.
-POLLUTION_MIN = 0.1
+# POLLUTION_MIN (naive BN's shift of a real token's output: 0.1): above.
 
 # ---- F10, F12, F14 -------------------------------------------------------------------------
-# F10: the spread γ gives per-token norms after LN must be visible: 5 % of the mean norm.
-AFFINE_SPREAD_MIN = 0.05
-# F10: without γ/β every token leaves LN with norm sqrt(C) (up to epsilon): a CV of 1e-3 allows
-# epsilon's effect on near-constant tokens and nothing more.
-FLAT_SPREAD_MAX = 1e-3
+# F10's AFFINE_SPREAD_MIN (0.05) and FLAT_SPREAD_MAX (1e-3): above.
 # F12: "identity kept": a linear probe recovers the input byte at >= 90 % from the last block.
 IDENTITY_HIGH = 0.9
 # F12: "lost without the residual": at least 20 points lower at the last block.
@@ -81,9 +76,7 @@ REEXPANDED_MIN = 0.5
 # ---- F15-F19: inference (added before the best-rate runs they read; PREREGISTRATION.md) ----
 # F15/F16 read INVARIANT_MAX (a row's or a position's logits unchanged), DEPENDENT_MIN (BN in
 # training mode, the contrast), LOSS_MARGIN and PLATEAU_MARGIN (serving BN at batch 1).
-# F17: an analytic gradient "matches" autodiff when its max error is below a thousandth of the
-# gradient's largest entry (float32 autodiff and the exact formula agree to ~1e-6 of it).
-FORMULA_TOL = 1e-3
+# F17's FORMULA_TOL (an analytic gradient matches autodiff: 1e-3 of its largest entry): above.
 # F18 (a mechanism demonstration, no runs): the token with a large common offset, in float32.
 OFFSET = 1e4
 OFFSET_SPREAD = 1.0  # std of the token's features around the offset (float32 keeps ~1e-3 of it)

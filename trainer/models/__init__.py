@@ -1,5 +1,9 @@
-"""Keras 3 models: the norm registry (and norms from outside the lab: ``plugin``), the Transformer
-block and the causal LM."""
+"""Keras 3 models: the norm registry, the Transformer block and the causal LM.
+
+Modules: ``norms`` (the norm registry), ``plugin`` (norms from outside the lab: load, check against
+the norm contract, keep with the run), ``attention`` (causal self-attention, with a key/value
+cache for decoding), ``block`` (one Transformer block, ``model.init`` schemes), ``lm`` (the
+causal LM), ``decode`` (cached decoding of several requests at once: continuous batching)."""
 
 from trainer.models.block import Block, FeedForward, model_config
 from trainer.models.lm import CausalLM, build_model

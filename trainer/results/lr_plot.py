@@ -7,6 +7,9 @@ Encoding, explained by the legend outside the axes: the colour is the norm's fix
 warm-up, ...) are the line style and the marker. Unigram and bigram are labelled horizontal
 lines. The y range ends a little above the unigram value, so the region where models train is
 readable: a loss above it sits on the top edge as ▵, a diverged rate as ×.
+
+Drawn off-screen like :mod:`trainer.results.plots` (``trainer.atomic.subplots``): importing or
+drawing loads no pyplot and chooses no backend, and a figure is freed with its last reference.
 """
 
 from __future__ import annotations
@@ -14,17 +17,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FixedLocator, NullFormatter
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FixedLocator, NullFormatter  # noqa: E402
-
-from trainer.atomic import save_figure  # noqa: E402
-from trainer.results.palette import (LINESTYLES, SEPARATOR, _ordered, key_caption,  # noqa: E402
-                                     norm_color, short_value, value_of)
-from trainer.results.plots import BOLD, DPI, _finish  # noqa: E402
+from trainer.atomic import save_figure, subplots
+from trainer.results.palette import (LINESTYLES, SEPARATOR, _ordered, key_caption, norm_color,
+                                     short_value, value_of)
+from trainer.results.plots import BOLD, DPI, _finish
 
 NAME = "lr_sensitivity"
 MARKERS = ("o", "s", "D", "v", "P", "h", "*", "X")  # "^" is kept for off-scale points
@@ -135,7 +134,7 @@ def lr_figure(variants, baselines: dict | None = None):
     enc = Encoding(variants)
     lines = {k: y for k, y in (baselines or {}).items()
              if k in BASELINE_STYLE and y is not None and math.isfinite(y)}
-    fig, ax = plt.subplots(figsize=(11, 5.6), dpi=DPI, layout="constrained")
+    fig, ax = subplots(figsize=(11, 5.6), dpi=DPI, layout="constrained")  # off-screen, no pyplot
     lo, top = _y_range(variants, lines)
     diverged = [d for v in variants for d in _draw_variant(ax, v, enc.look(v), top,
                                                            enc.max_seeds > 1)]

@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainer import rundir
 from trainer.atomic import write_csv, write_text
 
 from trainer.results.baselines import read_run_baselines
@@ -206,7 +207,6 @@ def load_lr_sweep(root) -> tuple[list[LRVariant], dict | None]:
 
 # ---- tables: lr_sweep.csv and lr_sweep.md ---------------------------------------------------
 
-TABLE = "lr_sweep"
 TRAINS_WORD = {True: "yes", False: "no rate tried", None: "unknown (no baselines)"}
 EDGE_WORD = {"lowest": "lowest rate", "highest": "highest rate", "only": "only rate", None: ""}
 
@@ -273,10 +273,10 @@ def write_lr_sweep(root, runs, baselines: dict | None = None, plots: bool = True
     results directory ``root`` for ``runs`` (which must vary ``train.lr``); returns the variants."""
     root = Path(root)
     variants = lr_variants(runs, baselines)
-    write_csv(root / f"{TABLE}.csv", table_rows(variants))
-    write_text(root / f"{TABLE}.md", markdown(variants, baselines))
+    write_csv(root / rundir.LR_SWEEP_CSV, table_rows(variants))
+    write_text(root / rundir.LR_SWEEP_MD, markdown(variants, baselines))
     if plots:
         from trainer.results.lr_plot import write_lr_figure
 
-        write_lr_figure(variants, root / "plots", baselines)
+        write_lr_figure(variants, root / rundir.PLOTS, baselines)
     return variants

@@ -193,14 +193,14 @@ def summarize(root: str | Path, plots: bool = True) -> list[dict]:
     base = ensure_baselines(root, runs) if runs else None
     rows = [run_row(r, base or read_run_baselines(r.path)) for r in runs]
     variants = group_variants(rows)
-    write_text(root / "runs.csv", _csv(rows, RUN_COLUMNS))
-    write_text(root / "summary.csv", _csv(variants, COLUMNS))
-    write_text(root / "summary.md", markdown(variants, base))
+    write_text(root / rundir.RUNS_CSV, _csv(rows, RUN_COLUMNS))
+    write_text(root / rundir.SUMMARY_CSV, _csv(variants, COLUMNS))
+    write_text(root / rundir.SUMMARY_MD, markdown(variants, base))
     if plots and runs:
         from trainer.results.plots import write_plots
 
         lines = {k: base[k] for k in ("unigram", "bigram")} if base else None
-        write_plots(runs, root / "plots", lines)
+        write_plots(runs, root / rundir.PLOTS, lines)
     if varies_lr(runs):  # a learning-rate sweep: each variant's best rate and sensitivity
         write_lr_sweep(root, runs, base, plots)
     return variants

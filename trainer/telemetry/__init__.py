@@ -1,1 +1,6 @@
-"""What a run records: in-step statistics, probes and TensorBoard writers."""
+"""What a run records: in-step statistics, probes and TensorBoard writers.
+
+Modules: ``stats`` (statistics inside the compiled step), ``probes`` (evaluation-time probes of
+the claims) and ``definitions`` (what they measure, as numbers, no TensorFlow), ``spikes`` (the
+one definition of a loss spike), ``precise_bn`` (population statistics after training),
+``samples`` (greedy continuations of fixed prompts), ``tensorboard`` (the run's writers)."""

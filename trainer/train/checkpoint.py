@@ -34,7 +34,7 @@ from trainer.data import prepare
 from trainer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from trainer.faults import _reason, writing
 from trainer.models import build_model, use_run_norm
-from trainer.rundir import CHECKPOINTS, CONFIG, PROMPT_COUNT, TOKENIZER
+from trainer.rundir import CHECKPOINTS, CONFIG, MODEL, PROMPT_COUNT, TOKENIZER
 from trainer.telemetry.samples import sample_prompts
 from trainer.train.rundir import RunDirError, load_prompts, load_tokenizer
 
@@ -43,15 +43,14 @@ _INDEX = re.compile(r"ckpt-(\d+)\.index")
 # What reading a damaged checkpoint raises: TF errors, or e.g. IndexError("Read less bytes
 # than requested") from a truncated data file; a structure mismatch fails the assert.
 _UNREADABLE = (tf.errors.OpError, OSError, ValueError, IndexError, AssertionError)
-MODEL_FILE = "model.keras"  # RUN_DIR/model.keras: the finished run's model (save_model)
 HISTORY_KEY = "history/.ATTRIBUTES/VARIABLE_VALUE"  # the history variable's name in a checkpoint
 _LEGACY = "written before checkpoints held the run's history (train it again in a fresh directory)"
 
 
 def make_checkpoint(model, optimizer=None, resumable: bool = False) -> tf.train.Checkpoint:
     """The tf.train.Checkpoint of a run: every model variable, the optimizer, and when
-    ``resumable`` the step and the loop's history (``save`` assigns them, ``restore`` returns
-    the history).
+    ``resumable`` the step and the loop's history (``save`` assigns them, ``resume`` restores
+    them and returns the history).
 
     ``weights`` lists ``model.variables`` explicitly, in construction order: tf.train does not
     follow the Keras 3 list of blocks, so without it a block's non-trainable state (BN running
@@ -70,7 +69,7 @@ def save_model(model, run_dir: Path) -> Path:
     """Write the final ``model`` as ``RUN_DIR/model.keras`` (atomically): config and weights,
     which ``keras.saving.load_model`` opens with only ``trainer.models`` imported (every custom
     layer is registered under the package name ``trainer``)."""
-    path = Path(run_dir) / MODEL_FILE
+    path = Path(run_dir) / MODEL
     with writing("the final model", path):
         atomic_write(path, lambda tmp: model.save(tmp))
     return path

@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
 from trainer import compile_cache
+from trainer.atomic import read_json, write_json
 from trainer.data import prepare
 from trainer.data.tfdata import train_dataset
 from trainer.faults import Stopped
@@ -35,11 +36,10 @@ from trainer.train import checkpoint
 from trainer.train.evaluation import Evaluator
 from trainer.train.optimizer import decay_groups, make_optimizer
 from trainer.train.preempt import stop_requests
-from trainer.train.rundir import (collect_meta, inspect_run_dir, read_json, run_lock,
-                                  save_text_files, write_json)
+from trainer.train.rundir import collect_meta, inspect_run_dir, run_lock, save_text_files
 from trainer.train.timing import Throughput, Timings
 from trainer.train.step import Step, make_eval_step, make_train_step
-from trainer.train.strategy import make_strategy
+from trainer.train.strategy import make_strategy, precision
 
 # Keys a variant is described by in the HParams dashboard.
 HPARAM_KEYS = ("model.norm", "model.placement", "model.residual", "model.num_layers", "model.dim",
@@ -69,15 +69,10 @@ def run_training(cfg, run_dir: Path, argv: list[str] | None = None, progress: bo
             return read_json(run_dir / SUMMARY)
         if plugin.is_plugin(cfg.model.norm):
             plugin.keep_copy(cfg.model.norm, run_dir)
-        # bfloat16 compute with float32 variables; norms and the head stay float32 (models/).
-        previous = keras.mixed_precision.global_policy()
-        keras.mixed_precision.set_global_policy(
-            "mixed_bfloat16" if cfg.runtime.mixed_precision else "float32")
         try:
-            with stop_requests() as stop:
+            with precision(cfg), stop_requests() as stop:
                 return _train(cfg, run_dir, corpus, argv, progress, stop, timings)
         finally:
-            keras.mixed_precision.set_global_policy(previous)
             compile_cache.promote()  # what this run compiled, for the next process
 
 

@@ -22,10 +22,9 @@ from trainer.faults import EXIT_BUSY, writing
 from trainer.machine import machine_identity, versions
 from trainer.provenance import git_dirty, git_sha
 
-# read_json/write_json live in trainer.atomic; the training loop imports them from here.
 __all__ = ["LOCK_RETRY_S", "RunDirError", "RunBusyError", "collect_meta",
-           "inspect_run_dir", "is_locked", "load_prompts", "load_tokenizer", "read_json",
-           "run_lock", "save_text_files", "write_json"]
+           "inspect_run_dir", "is_locked", "load_prompts", "load_tokenizer", "run_lock",
+           "save_text_files"]
 
 class RunDirError(ConfigError):
     """The run directory cannot be used as asked (different config, unwritable, ...)."""

@@ -1,7 +1,9 @@
-"""``runtime.strategy`` -> a ``tf.distribute.Strategy``."""
+"""``runtime.strategy`` -> a ``tf.distribute.Strategy``; ``runtime.mixed_precision`` -> the Keras
+dtype policy a run computes under (``precision``, for the training loop and the bench alike)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -58,3 +60,24 @@ def _tpu_resolver():
         return tf.distribute.cluster_resolver.TPUClusterResolver()
     except (ValueError, RuntimeError, tf.errors.NotFoundError):
         return None
+
+
+def compute_dtype(mixed_precision: bool) -> str:
+    """The dtype the model computes in: bfloat16 under mixed precision, else float32."""
+    return "bfloat16" if mixed_precision else "float32"
+
+
+@contextlib.contextmanager
+def precision(cfg):
+    """Run the block under ``cfg``'s Keras dtype policy, the previous one restored after:
+    ``mixed_bfloat16`` (bfloat16 compute, float32 variables; norms and the head stay float32,
+    trainer.models) when ``runtime.mixed_precision``, else float32."""
+    import keras
+
+    mixed = bool(cfg.runtime.mixed_precision)
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16" if mixed else "float32")
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
