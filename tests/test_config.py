@@ -10,8 +10,8 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from trainer.config import (CHOICES, ConfigError, ExperimentConfig, Norm, load_config, to_dict,
-                            to_yaml, validate)
+from trainer.config import (CHOICES, ConfigError, ExperimentConfig, Norm, load_config,
+                            network_key, to_dict, to_yaml, validate)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,6 +55,12 @@ def test_unknown_norm_lists_valid_names():
     (["model.placement=middle"], "placement"),
     (["model.residual=maybe"], "residual"),
     (["train.steps"], "key.path=value"),
+    (["model.dyt_alpha_attention=0.8"], "dyt_alpha_attention means nothing with model.norm=layer"),
+    (["model.norm=rms", "model.dyt_alpha_final=0.2"], "means nothing with model.norm=rms"),
+    (["model.norm=dyt", "model.placement=post", "model.dyt_alpha_final=0.2"], "no final norm"),
+    (["model.norm=dyt", "model.dyt_alpha_ffn=0"], "dyt_alpha_ffn must be > 0"),
+    (["model.embed_scale=0"], "embed_scale must be > 0"),
+    (["model.embed_scale=-8"], "embed_scale must be > 0"),
 ])
 def test_impossible_values_rejected(overrides, fragment):
     with pytest.raises(ConfigError, match=fragment):
@@ -245,3 +251,14 @@ def test_the_choices_docstring_says_which_vocabularies_are_checked_at_import():
     said_unchecked = set(re.findall(r"``([A-Z]\w*)``", unchecked_part))
     assert checked and said_checked == checked, (said_checked, checked)
     assert said_unchecked == vocabularies - checked, (said_unchecked, vocabularies - checked)
+
+
+def test_network_key_reads_a_per_location_alpha_equal_to_dyt_alpha_as_null():
+    dyt = ["model.norm=dyt", "model.dyt_alpha=0.5"]
+    key = network_key(load_config(None, dyt))
+    assert network_key(load_config(None, [*dyt, "model.dyt_alpha_ffn=0.5"])) == key
+    assert network_key(load_config(None, [*dyt, "model.dyt_alpha_ffn=0.2"])) != key
+    assert network_key(load_config(None, [*dyt, "model.embed_scale=8"])) != key
+    # the DyT recipe is accepted with any placement where each key means something
+    load_config(None, [*dyt, "model.placement=post", "model.dyt_alpha_attention=0.8",
+                       "model.dyt_alpha_ffn=0.2", "model.embed_scale=35.36"])

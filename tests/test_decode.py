@@ -25,10 +25,18 @@ RNG = np.random.default_rng(3)
 PROMPTS = [[1, *RNG.integers(3, VOCAB, n)] for n in (2, 6, 4, 9, 3)]
 
 
-def _model(norm: str) -> CausalLM:
+# DyT as its authors' LLM code sets it up: a learnable embedding scalar (the stream at std ~1)
+# and alpha per location; the scalar multiplies the embeddings in the cached path too.
+DYT_RECIPE = {"embed_scale": 1 / (0.02 * 2 ** 0.5), "dyt_alpha_attention": 0.8,
+              "dyt_alpha_ffn": 0.2, "dyt_alpha_final": 0.3}
+VARIANTS = {**{str(n): {"norm": str(n)} for n in NORMS},
+            "dyt+recipe": {"norm": "dyt", **DYT_RECIPE}}
+
+
+def _model(variant: str) -> CausalLM:
     keras.utils.set_random_seed(0)
-    model = CausalLM(model_config(num_layers=2, dim=32, num_heads=2, ffn_dim=64, norm=norm,
-                                  bn_momentum=0.5), VOCAB, MAX_LEN)
+    model = CausalLM(model_config(num_layers=2, dim=32, num_heads=2, ffn_dim=64, bn_momentum=0.5,
+                                  **VARIANTS[variant]), VOCAB, MAX_LEN)
     model.build((None, MAX_LEN))
     rng = np.random.default_rng(1)
     for w in model.trainable_weights:  # away from N(0, 0.02) and γ = 1, β = 0
@@ -43,9 +51,9 @@ def _model(norm: str) -> CausalLM:
 pytestmark = pytest.mark.xdist_group("test_decode")
 
 
-@pytest.fixture(scope="module", params=sorted(NORMS))
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
 def decoder(request) -> Decoder:
-    """One decoder per norm: its compiled programs are shared by the tests below."""
+    """One decoder per norm (and DyT's recipe): its compiled programs are shared below."""
     return Decoder(_model(request.param), record_logits=True)
 
 

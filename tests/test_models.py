@@ -84,7 +84,17 @@ def test_block_rejects_meaningless_combinations(placement, residual):
                          + [("layer", "post", "false"), ("dyt", "pre", "rezero"),
                             ("masked_batch", "post", "true")])
 def test_keras_file_round_trip(tmp_path, norm, placement, residual):
-    model = tiny(norm, placement, residual, bn_momentum=0.5)
+    _round_trip(tmp_path, tiny(norm, placement, residual, bn_momentum=0.5))
+
+
+def test_keras_file_round_trip_keeps_the_dyt_recipe(tmp_path):
+    model = tiny("dyt", embed_scale=3.0, dyt_alpha_attention=0.8, dyt_alpha_ffn=0.2,
+                 dyt_alpha_final=0.3)
+    model.embed_scale.assign(4.5)  # trained away from its init: the weight, not the config, loads
+    _round_trip(tmp_path, model)
+
+
+def _round_trip(tmp_path, model):
     tokens, mask = padded([SEQ_A, SEQ_B], 8)
     model(tokens, padding_mask=mask, training=True)  # moves BN running statistics off their init
     for layer in model._flatten_layers():
@@ -294,7 +304,9 @@ def test_the_model_holds_every_config_field_and_round_trips_it():
                              "model.dyt_alpha=0.7", "model.norm_epsilon=1e-6",
                              "model.bn_momentum=0.9", "model.norm_affine=false",
                              "model.head_bias=false", "model.init=scaled",
-                             "model.residual=rezero"]).model
+                             "model.residual=rezero", "model.dyt_alpha_attention=0.8",
+                             "model.dyt_alpha_ffn=0.2", "model.dyt_alpha_final=0.3",
+                             "model.embed_scale=35.0"]).model
     model = build_model(cfg, VOCAB, MAX_LEN)
     stored = model.get_config()["config"]
     assert stored == OmegaConf.to_container(cfg, enum_to_str=True)
@@ -323,3 +335,72 @@ def test_block_reads_residual_like_the_config(value):
 def test_block_bad_value_names_key_and_valid_ones(kw, key):
     with pytest.raises(ConfigError, match=f"unknown {key} '{next(iter(kw.values()))}'.*valid: "):
         Block(model_config(dim=DIM, num_heads=2, ffn_dim=64, **kw))
+
+
+# ---------------------------------------------------------------- DyT as its authors set it up
+
+def _embedding_output(scale):
+    """The residual stream at init, entering block 0, of the reference model (d = 64, byte
+    vocabulary, 256 positions, N(0, 0.02) token and position tables) over many tokens."""
+    keras.utils.set_random_seed(0)
+    model = CausalLM(model_config(num_layers=1, dim=64, num_heads=4, ffn_dim=64, norm="dyt",
+                                  embed_scale=scale), 259, 256)
+    model.build((None, 256))
+    tokens = np.random.default_rng(0).integers(3, 259, (16, 256)).astype("int32")
+    return np.asarray(model._embed(tokens, np.arange(256)[None]))
+
+
+def test_embed_scale_puts_the_stream_at_unit_std_at_init():
+    unscaled = _embedding_output(None).std()
+    assert unscaled == pytest.approx(0.02 * 2 ** 0.5, rel=0.1)  # ≈ 0.028: tanh(α·x) ≈ α·x
+    assert _embedding_output(1 / (0.02 * 2 ** 0.5)).std() == pytest.approx(1.0, rel=0.1)
+    assert _embedding_output(8.0).std() == pytest.approx(8 * unscaled, rel=1e-5)  # sqrt(d)
+
+
+def test_embed_scale_is_one_trainable_scalar_with_a_gradient():
+    model = tiny("dyt", embed_scale=5.0)
+    scales = [v for v in model.trainable_variables if v.path.endswith("/embed_scale")]
+    assert len(scales) == 1 and tuple(scales[0].shape) == () and float(scales[0]) == 5.0
+    tokens, mask = padded([SEQ_A, SEQ_B], 8)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(tokens, padding_mask=mask, training=True)))
+    assert abs(float(tape.gradient(loss, scales[0]))) > 0
+    assert not [v for v in tiny("dyt").weights if "embed_scale" in v.path]  # null: no variable
+
+
+def test_dyt_alpha_per_location_reaches_its_layers():
+    model = tiny("dyt", dyt_alpha=0.5, dyt_alpha_attention=0.8, dyt_alpha_ffn=0.2,
+                 dyt_alpha_final=0.3)
+    for block in model.blocks:
+        assert float(block.attention_norm.alpha) == pytest.approx(0.8)
+        assert float(block.ffn_norm.alpha) == pytest.approx(0.2)
+    assert float(model.final_norm.alpha) == pytest.approx(0.3)
+    only_ffn = tiny("dyt", dyt_alpha=0.7, dyt_alpha_ffn=0.1)  # null: model.dyt_alpha
+    block = only_ffn.blocks[0]
+    assert [float(block.attention_norm.alpha), float(block.ffn_norm.alpha),
+            float(only_ffn.final_norm.alpha)] == pytest.approx([0.7, 0.1, 0.7])
+
+
+def test_per_location_alphas_are_refused_off_dyt():
+    with pytest.raises(ConfigError, match="dyt_alpha_ffn means nothing with model.norm=layer"):
+        tiny("layer", dyt_alpha_ffn=0.2)
+    with pytest.raises(ConfigError, match="post-norm has no final norm"):
+        tiny("dyt", placement="post", dyt_alpha_final=0.2)
+
+
+# Measured with main's trainer (88b2b17, before these keys existed) on this seed: the new keys'
+# defaults must build the same network, weight for weight, and compute the same logits.
+UNCHANGED = {"layer": (36035, 82.89808654785156), "dyt": (36040, 0.6947252750396729)}
+
+
+@pytest.mark.parametrize("norm", sorted(UNCHANGED))
+def test_the_new_keys_defaults_leave_existing_networks_unchanged(norm):
+    cfg = load_config(None, [f"model.norm={norm}", "model.num_layers=2", "model.dim=32",
+                             "model.num_heads=2", "model.ffn_dim=64"])
+    keras.utils.set_random_seed(0)
+    model = build_model(cfg.model, 259, 64)
+    tokens = np.random.default_rng(0).integers(3, 259, (2, 64)).astype("int32")
+    out = logits(model, tokens, np.ones((2, 64), "float32"), False)
+    count, total = UNCHANGED[norm]
+    assert model.count_params() == count
+    assert float(out.sum()) == pytest.approx(total, rel=1e-5, abs=1e-5)

@@ -71,3 +71,21 @@ def test_weight_decay_shrinks_the_weight_matrices_only(norm, placement, residual
         int(np.prod(v.shape)) for v in model.trainable_variables if v.path in kernels)
     assert groups["decayed"]["params"] + groups["not_decayed"]["params"] == model.count_params() - \
         sum(int(np.prod(v.shape)) for v in model.non_trainable_variables)
+
+
+def test_the_embedding_scalar_is_trained_but_not_decayed():
+    """DyT's embedding scalar (``model.embed_scale``) is rank 0: the rule leaves it undecayed,
+    as the ReZero gates and DyT's α, unlike the authors' LLaMA code, whose AdamW decays every
+    parameter (weight_decay 0.1): a decayed scalar would pull the stream back to std 0.03."""
+    cfg = load_config(None, ["model.norm=dyt", "model.embed_scale=35.36", "model.num_layers=1",
+                             "model.dim=16", "model.num_heads=2", "model.ffn_dim=32",
+                             f"train.lr={LR}", f"train.weight_decay={WD}", "train.warmup_steps=0",
+                             "train.decay=constant"])
+    model = build_model(cfg.model, 64, 16)
+    scale = [v.path for v in model.trainable_variables if v.path.endswith("/embed_scale")]
+    assert len(scale) == 1
+    decayed = _decayed_after_one_step(cfg, model)
+    assert decayed == {v.path for v in model.trainable_variables if v.path.endswith("/kernel")}
+    assert scale[0] not in decayed
+    assert decay_groups(model.trainable_variables)["not_decayed"]["tensors"] == \
+        len(model.trainable_variables) - len(decayed)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from trainer.results import run as run_module
-from trainer.results.metrics import final_probe, gap, mean_std, mode_losses
+from trainer.results.compare import Comparison, compare_curves, compare_summaries, tolerances
+from trainer.results.metrics import final_probe, gap, max_probe, mean_std, mode_losses
 from trainer.results.run import Run, load_runs
 from trainer.results.summarize import summarize
 
@@ -79,3 +80,30 @@ def test_summarize_regenerates_the_committed_tables(group, tmp_path):
     for name in ("runs.csv", "summary.csv", "summary.md"):
         assert (copy / name).read_bytes() == (current / group / name).read_bytes(), name
     assert len(load_runs(copy)) == len((copy / "runs.csv").read_text().splitlines()) - 1
+
+
+def test_max_probe_takes_summary_first_then_the_largest_finite_point():
+    run = _fake({"probes_max": {"p": 0.5}, "probes": {"p": 0.1}},
+                {"p": [(0, 0.2), (3, 0.9)], "q": [(0, 0.3), (3, float("nan")), (6, 0.1)]})
+    assert max_probe(run, "p") == 0.5  # what the loop recorded, whatever the curve says
+    assert max_probe(run, "q") == 0.3  # a summary made before probes_max: the curve's maximum
+    assert max_probe(run, "missing") is None and final_probe(run, "p") == 0.1
+
+
+def test_a_probe_the_original_predates_is_not_compared():
+    """A run made before a probe existed still reproduces; a probe that disappears does not."""
+    old = {"status": "completed", "probes": {"probe/a": 0.5}}
+    new = {"status": "completed", "probes": {"probe/a": 0.5, "probe/dyt_saturation/final": 0.1},
+           "probes_max": {"probe/a": 0.7}}
+    cmp = compare_summaries(old, new, Comparison(tolerances(10), exact=True))
+    assert cmp.diffs == []
+    lost = compare_summaries(new, old, Comparison(tolerances(10), exact=True))
+    assert sorted(d.where for d in lost.diffs) == [
+        "summary probes.probe/dyt_saturation/final", "summary probes_max.probe/a"]
+    curves = {"loss": [(0, 3.0)], "probe/a": [(0, 0.5)]}
+    grown = Run(None, "n", train={}, eval={**curves, "probe/dyt_saturation/final": [(0, 0.1)]})
+    assert compare_curves(Run(None, "o", train={}, eval=curves), grown,
+                          Comparison(tolerances(10), exact=True)).diffs == []
+    assert [d.where for d in compare_curves(grown, Run(None, "o", train={}, eval=curves),
+                                            Comparison(tolerances(10), exact=True)).diffs] == [
+        "eval/probe/dyt_saturation/final"]

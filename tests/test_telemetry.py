@@ -75,12 +75,50 @@ def test_required_tags_exist_and_are_finite(runs, norm):
         assert all(-1 <= v <= 1 for _, v in ev[f"probe/token_cosine/block_{i}"])
 
 
+DYT_TAGS = [f"probe/dyt_saturation/block_{i}{where}" for i in range(LAYERS)
+            for where in ("", "/ffn")] + ["probe/dyt_saturation/final"]
+
+
 def test_dyt_saturation_probe_only_for_dyt(runs):
     dyt, ln = read_scalars(runs["dyt"] / "eval"), read_scalars(runs["layer"] / "eval")
-    for i in range(LAYERS):
-        values = [v for _, v in dyt[f"probe/dyt_saturation/block_{i}"]]
-        assert len(values) >= 2 and all(0.0 <= v <= 1.0 for v in values)
+    for tag in DYT_TAGS:  # every DyT layer: each block's two norms and the final norm
+        assert [s for s, _ in dyt[tag]] == [0, 3, 6], tag  # step 0: the value at init
+        assert all(0.0 <= v <= 1.0 for _, v in dyt[tag]), tag
     assert not any(t.startswith("probe/dyt_saturation") for t in ln)
+
+
+def test_summary_keeps_each_probes_last_and_maximum_value(runs):
+    summary = json.loads((runs["dyt"] / "summary.json").read_text())
+    curves = read_scalars(runs["dyt"] / "eval")
+    probes, maxima = summary["probes"], summary["probes_max"]
+    assert set(DYT_TAGS) <= set(probes) and set(maxima) == set(probes)
+    for tag, last in probes.items():
+        values = [v for _, v in curves[tag]]
+        assert last == pytest.approx(values[-1], rel=1e-6, abs=1e-12), tag
+        assert maxima[tag] == pytest.approx(max(values), rel=1e-6, abs=1e-12), tag
+        assert maxima[tag] >= last, tag
+
+
+def test_dyt_saturation_reads_each_layer_with_its_own_alpha():
+    """The FFN and final probes read their own layer's alpha: with the same inputs, a large
+    alpha at one location saturates there only."""
+    import keras
+
+    from trainer.models import CausalLM, model_config
+    from trainer.telemetry.probes import ProbeBatch, run_probes
+
+    keras.utils.set_random_seed(0)
+    model = CausalLM(model_config(num_layers=1, dim=16, num_heads=2, ffn_dim=32, norm="dyt",
+                                  embed_scale=1.0 / (0.02 * 2 ** 0.5), dyt_alpha=0.01,
+                                  dyt_alpha_ffn=1e3), 40, 16)
+    model.build((None, 16))
+    rng = np.random.default_rng(0)
+    batch = {"inputs": rng.integers(3, 40, (4, 16)).astype("int32"),
+             "mask": np.ones((4, 16), np.float32)}
+    scalars, _ = run_probes(model, ProbeBatch([batch], 16))
+    assert scalars["probe/dyt_saturation/block_0"] == 0.0  # |0.01 x| < 3 for a stream of std 1
+    assert scalars["probe/dyt_saturation/final"] == 0.0
+    assert scalars["probe/dyt_saturation/block_0/ffn"] > 0.9  # |1000 x| > 3 nearly everywhere
 
 
 def test_dyt_saturation_counts_tails_of_the_current_alpha():

@@ -28,8 +28,8 @@ from trainer.choices import (Choice, ConfigError, Decay, Format, Init, Norm, Pla
 from trainer.norm_names import plugin_target
 
 __all__ = ["CHOICES", "Choice", "ConfigError", "Decay", "ExperimentConfig", "Format", "Init",
-           "Norm", "Placement", "Residual", "Source", "Strategy", "check_norm", "check_residual",
-           "load_config",
+           "Norm", "Placement", "Residual", "Source", "Strategy", "check_dyt_alphas", "check_norm",
+           "check_residual", "load_config",
            "network_key", "resolve", "to_dict", "to_yaml", "validate"]
 
 
@@ -49,6 +49,15 @@ class ModelConfig:
     ffn_dim: int = 512  # hidden width of the feed-forward sublayer
     dropout: float = 0.0  # dropout after attention and FFN (0 keeps probes exact)
     dyt_alpha: float = 0.5  # initial alpha of DyT: gamma * tanh(alpha * x) + beta
+    # DyT's initial alpha per location (Zhu et al.'s LLaMA code sets one per location, e.g.
+    # 0.8 / 0.2 / 0.2 at 7B); null: model.dyt_alpha. norm=dyt only; the final norm: pre only.
+    dyt_alpha_attention: Optional[float] = None  # each block's attention norm (its first)
+    dyt_alpha_ffn: Optional[float] = None  # each block's FFN norm (its second)
+    dyt_alpha_final: Optional[float] = None  # the final norm before the head
+    # A learnable scalar multiplying the input embeddings (token + position), initialised here
+    # and never weight-decayed, as DyT's LLaMA code scales its token embedding; null: none.
+    # 1 / (0.02 * sqrt(2)) = 35.36 puts the stream at std 1 at init (two N(0, 0.02) tables).
+    embed_scale: Optional[float] = None
     norm_epsilon: float = 1e-5  # epsilon of every normalization layer
     bn_momentum: float = 0.99  # running-statistics momentum of the batch-norm variants
     # false: no learnable gain/bias (γ, β; RMSNorm's scale) in any norm, the final one included;
@@ -277,6 +286,26 @@ def check_norm(value) -> str:
                       f"FILE.py:Class or package.module:Class")
 
 
+DYT_ALPHAS = ("dyt_alpha_attention", "dyt_alpha_ffn", "dyt_alpha_final")  # per location
+
+
+def check_dyt_alphas(m) -> None:
+    """The per-location DyT alphas: positive, only with ``norm=dyt``, and the final norm's only
+    where there is one (pre placement); ``validate`` and ``model_config`` both apply it."""
+    for leaf in DYT_ALPHAS:
+        value = getattr(m, leaf)
+        if value is None:
+            continue
+        if m.norm != Norm.dyt:
+            raise ConfigError(f"model.{leaf} means nothing with model.norm={m.norm}: it sets the "
+                              f"initial alpha of DyT layers; use model.norm=dyt or leave it null")
+        if leaf == "dyt_alpha_final" and m.placement == Placement.post:
+            raise ConfigError("model.dyt_alpha_final means nothing with model.placement=post: "
+                              "post-norm has no final norm; leave it null")
+        if not value > 0:
+            raise ConfigError(f"model.{leaf} must be > 0, got {value}")
+
+
 def validate(cfg: DictConfig) -> None:
     """Reject values and combinations that mean nothing, one line each (changes nothing)."""
     m, d, t = cfg.model, cfg.data, cfg.train
@@ -295,6 +324,9 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"model.dropout must be in [0, 1), got {m.dropout}")
     check_norm(m.norm)
     check_residual(m.placement, m.residual)
+    check_dyt_alphas(m)
+    if m.embed_scale is not None:
+        positive("model.embed_scale", m.embed_scale)
     if d.vocab_size < MIN_VOCAB:
         raise ConfigError(f"data.vocab_size must be >= {MIN_VOCAB} (3 special tokens + 256 byte "
                           f"symbols of byte-level BPE), got {d.vocab_size}")
@@ -322,13 +354,15 @@ def validate(cfg: DictConfig) -> None:
 
 
 def network_key(cfg: DictConfig) -> str:
-    """The config as YAML with ``name`` dropped (a label only) and, for ``model.norm=none``,
-    ``placement`` and ``norm_affine`` fixed: two configs with the same key train the same function
+    """The config as YAML with ``name`` dropped (a label only), a per-location DyT alpha equal to
+    ``model.dyt_alpha`` read as null and, for ``model.norm=none``, ``placement`` and
+    ``norm_affine`` fixed: two configs with the same key train the same function
     from the same seed. ``sweep.dedupe`` drops a variant whose key an earlier one has.
 
     With ``model.norm=none`` there is no norm to place: pre ``x + F(x)`` and post ``x + F(x)``
     (and the final norm, identity) are one network, so ``placement`` is canonically ``pre``,
     and there is no γ/β to drop, so ``norm_affine`` is canonically ``true``.
+    A per-location DyT alpha equal to ``model.dyt_alpha`` is canonically null (what null means).
 
     Nothing else is canonicalised: every other key is compared as written, even one the network
     ignores (``dyt_alpha`` with ``norm=layer``, ``bn_momentum`` with a norm that keeps no running
@@ -336,6 +370,9 @@ def network_key(cfg: DictConfig) -> str:
     """
     data = to_dict(cfg)
     data.pop("name", None)
+    for leaf in DYT_ALPHAS:
+        if data["model"].get(leaf) == data["model"]["dyt_alpha"]:
+            data["model"][leaf] = None
     if data["model"]["norm"] == Norm.none:
         data["model"]["placement"] = "pre"
         data["model"]["norm_affine"] = True

@@ -106,6 +106,8 @@ SUMMARY_SCHEMA = (
     Key("max_grad_norm", VALUE, True, "largest global gradient norm before clipping"),
     Key("last_finite", RECORD, False, "step, loss and gradient norm of the last finite step"),
     Key("probes", PROBES, False, "final probe values, {tag: value}"),
+    Key("probes_max", PROBES, False,
+        "each probe's maximum over the evaluations (step 0 included), {tag: value}"),
     Key("tokens_per_sec", WALL_CLOCK, True, "real (unpadded) tokens per second of train steps"),
     Key("padded_tokens_per_sec", WALL_CLOCK, False, "the same, pads counted"),
     Key("pad_fraction", RECORD, True, "share of pad tokens in one training epoch"),

@@ -11,5 +11,7 @@ package's ``thresholds`` imports them under the same names.
   ``depth`` (F11), ``ln`` (F13), ``inference`` (F15-F19): one function per claim;
 - ``lr``: the learning-rate table (best rate and sensitivity per variant);
 - ``page``: results/README.md; ``figures``, ``figures_best``: the claims' own figures;
-  ``history``: each verdict against the archived page's, with the reason it changed.
+  ``history``: each verdict against the archived page's, with the reason it changed;
+- ``recipes``: each variant against its source paper and code, the lab's deviations and why
+  (a table the page does not render yet).
 """

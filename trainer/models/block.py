@@ -14,7 +14,8 @@ from keras import ops
 from omegaconf import OmegaConf
 
 from trainer.choices import Choice, ConfigError, Init, Placement, Residual
-from trainer.config import CHOICES, ModelConfig, check_norm, check_residual
+from trainer.config import (CHOICES, ModelConfig, check_dyt_alphas, check_norm,
+                            check_residual)
 from trainer.models.attention import CachedAttention
 from trainer.models.norms import make_norm
 
@@ -106,7 +107,15 @@ def model_config(config=None, **overrides) -> ModelConfig:
         values["norm"] = check_norm(values["norm"])
     typed = ModelConfig(**values)
     check_residual(typed.placement, typed.residual)
+    check_dyt_alphas(typed)
     return typed
+
+
+def dyt_alpha(config: ModelConfig, location: str) -> float:
+    """DyT's initial alpha at ``location`` (``attention``, ``ffn`` or ``final``): the
+    location's own key ``model.dyt_alpha_<location>``, else ``model.dyt_alpha``."""
+    value = getattr(config, f"dyt_alpha_{location}")
+    return config.dyt_alpha if value is None else value
 
 
 def config_dict(config: ModelConfig) -> dict:
@@ -124,16 +133,18 @@ class Block(keras.layers.Layer):
             config: the model config (``cfg.model``, a ``ModelConfig`` or its dict; see
                 ``model_config``). The block reads ``norm``, ``placement``, ``residual``,
                 ``dim``, ``num_heads``, ``ffn_dim``, ``dropout``, ``norm_epsilon``,
-                ``bn_momentum``, ``dyt_alpha``, ``norm_affine``, ``init`` and ``num_layers``
-                (the depth the ``scaled`` init divides by).
+                ``bn_momentum``, ``dyt_alpha`` (and ``dyt_alpha_attention`` /
+                ``dyt_alpha_ffn``), ``norm_affine``, ``init`` and ``num_layers`` (the depth
+                the ``scaled`` init divides by).
             **kwargs: keras ``Layer`` arguments (``name``: ``block_{i}`` in ``CausalLM``).
         """
         super().__init__(**kwargs)
         self.config = c = model_config(config)
-        norm_kw = dict(epsilon=c.norm_epsilon, momentum=c.bn_momentum, dyt_alpha=c.dyt_alpha,
-                       affine=bool(c.norm_affine))
-        self.attention_norm = make_norm(c.norm, name_prefix="attention_norm", **norm_kw)
-        self.ffn_norm = make_norm(c.norm, name_prefix="ffn_norm", **norm_kw)
+        norm_kw = dict(epsilon=c.norm_epsilon, momentum=c.bn_momentum, affine=bool(c.norm_affine))
+        self.attention_norm = make_norm(c.norm, name_prefix="attention_norm",
+                                        dyt_alpha=dyt_alpha(c, "attention"), **norm_kw)
+        self.ffn_norm = make_norm(c.norm, name_prefix="ffn_norm", dyt_alpha=dyt_alpha(c, "ffn"),
+                                  **norm_kw)
         # Q, K, V and the output projection are all d_model x d_model matrices (fans d, d).
         self.attention = CachedAttention(
             c.num_heads, c.dim // c.num_heads, dropout=c.dropout,
@@ -182,8 +193,9 @@ class Block(keras.layers.Layer):
     def call(self, x, padding_mask=None, training=None, return_internals=False, cache=None):
         """x: (B, T, C) residual stream; padding_mask: (B, T), 1 = real token.
 
-        With ``return_internals`` also returns ``{"norm_input", "normed"}``: what the block's
-        first norm saw and what it produced (telemetry and BN-drift probes read them).
+        With ``return_internals`` also returns ``{"norm_input", "normed", "ffn_norm_input"}``:
+        what the block's first norm saw and what it produced (telemetry and BN-drift probes read
+        them), and what its second (FFN) norm saw (the DyT saturation probe).
         With ``cache`` = (key/value cache (B, 2, L, heads, head_dim), positions (B, T)) it
         decodes: x holds only the new tokens, and the updated cache is returned beside the
         output (``CachedAttention``).
@@ -193,16 +205,17 @@ class Block(keras.layers.Layer):
             norm_input = x
             normed = self._normalize(self.attention_norm, x, padding_mask, training)
             fx, kv = self._attend(normed, training, cache)
-            x = self._add(x, fx, gates[0])
+            x = ffn_norm_input = self._add(x, fx, gates[0])
             h = self._normalize(self.ffn_norm, x, padding_mask, training)
             x = self._add(x, self.ffn(h, training=training), gates[1])
         else:
             fx, kv = self._attend(x, training, cache)
             x = norm_input = self._add(x, fx, gates[0])
             x = normed = self._normalize(self.attention_norm, x, padding_mask, training)
-            x = self._add(x, self.ffn(x, training=training), gates[1])
+            x = ffn_norm_input = self._add(x, self.ffn(x, training=training), gates[1])
             x = self._normalize(self.ffn_norm, x, padding_mask, training)
-        out = (x, {"norm_input": norm_input, "normed": normed}) if return_internals else x
+        internals = {"norm_input": norm_input, "normed": normed, "ffn_norm_input": ffn_norm_input}
+        out = (x, internals) if return_internals else x
         return out if cache is None else (out, kv)
 
     def get_config(self):

@@ -6,7 +6,8 @@ import keras
 from keras import ops
 
 from trainer.choices import Norm, Placement
-from trainer.models.block import Block, config_dict, kernel_init, model_config, normal_init
+from trainer.models.block import (Block, config_dict, dyt_alpha, kernel_init, model_config,
+                                  normal_init)
 from trainer.models.norms import BATCH_NORMS, NORMS, make_norm
 
 
@@ -24,14 +25,19 @@ class CausalLM(keras.Model):
     ``call(tokens, padding_mask)`` with tokens (B, T) int and padding_mask (B, T) returns float32
     logits (B, T, vocab). Padding must be on the right: attention is causal only, so a real token
     never sees a later pad, but it would see an earlier (left) one. With ``return_hidden=True``
-    it also returns, per block, the residual stream after the block and the output of the
-    block's first norm — what the telemetry measures.
+    it also returns, per block, the residual stream after the block, the input and output of
+    the block's first norm and the input of its second — what the telemetry measures.
+
+    With ``model.embed_scale`` set, a learnable scalar (``embed_scale``, rank 0, so never
+    weight-decayed) multiplies the input embeddings, token + position, before the first block:
+    DyT's LLaMA code scales its token embedding so, and has no position embedding to add.
     """
 
     def __init__(self, config, vocab_size: int, max_len: int, **kwargs):
         """Args:
             config: the model config (``cfg.model``, a ``ModelConfig`` or its dict; see
-                ``model_config``): norm, placement, residual, sizes, init, ``head_bias``.
+                ``model_config``): norm, placement, residual, sizes, init, ``head_bias``,
+                ``embed_scale``, ``dyt_alpha_final``.
             vocab_size: tokens the embedding and the head cover.
             max_len: positions the position embedding covers (the longest sequence).
             **kwargs: keras ``Model`` arguments (``name``).
@@ -48,7 +54,7 @@ class CausalLM(keras.Model):
         # Pre-norm leaves the residual stream un-normalized: a final norm precedes the head.
         self.final_norm = make_norm(c.norm if c.placement == Placement.pre else Norm.none,
                                     epsilon=c.norm_epsilon, momentum=c.bn_momentum,
-                                    dyt_alpha=c.dyt_alpha, affine=bool(c.norm_affine),
+                                    dyt_alpha=dyt_alpha(c, "final"), affine=bool(c.norm_affine),
                                     name_prefix="final_norm")
         self.head = keras.layers.Dense(vocab_size, use_bias=c.head_bias,
                                        kernel_initializer=kernel_init(c.init, c.dim, vocab_size),
@@ -59,6 +65,10 @@ class CausalLM(keras.Model):
         dim = self.config.dim
         self.token_embedding.build(input_shape)
         self.position_embedding.build((length,))
+        if self.config.embed_scale is not None:
+            self.embed_scale = self.add_weight(
+                name="embed_scale", shape=(),
+                initializer=keras.initializers.Constant(self.config.embed_scale))
         for block in self.blocks:
             block.build((batch, length, dim))
         self.final_norm.build((batch, length, dim))
@@ -78,8 +88,7 @@ class CausalLM(keras.Model):
             if training:
                 raise ValueError(DECODE_NEEDS_INFERENCE)
             return self.decode_step(tokens, cache, positions)
-        length = ops.shape(tokens)[1]
-        x = self.token_embedding(tokens) + self.position_embedding(ops.arange(length))[None]
+        x = self._embed(tokens, ops.arange(ops.shape(tokens)[1])[None])
         x = self.embedding_dropout(x, training=training)  # (B, T, C)
         hidden = []
         for block in self.blocks:
@@ -96,13 +105,19 @@ class CausalLM(keras.Model):
         which measures what serving with batch statistics costs: every norm then uses the
         statistics of the tokens fed (with dropout 0 nothing else changes), and undoing the
         running-statistics updates is the caller's job (``telemetry.probes.frozen_state``)."""
-        x = self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, C)
+        x = self._embed(tokens, positions)  # (B, T, C)
         kv = []
         for i, block in enumerate(self.blocks):
             x, block_kv = block(x, training=training, cache=(cache[:, i], positions))
             kv.append(block_kv)
         x = self.final_norm(x, training=training)
         return self.head(ops.cast(x, "float32")), ops.stack(kv, axis=1)
+
+    def _embed(self, tokens, positions):
+        """The residual stream's input (B, T, C): token + position embeddings (positions (B or
+        1, T)), times the learnable ``embed_scale`` when the config has one."""
+        x = self.token_embedding(tokens) + self.position_embedding(positions)
+        return x if self.config.embed_scale is None else x * self.embed_scale
 
     def new_cache(self, batch_size: int):
         """An empty key/value cache for ``batch_size`` rows: (B, num_layers, 2, max_len, heads,

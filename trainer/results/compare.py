@@ -4,9 +4,10 @@ Compared (``compare_summaries``, ``compare_curves``):
 
 - summary.json: every key ``trainer.rundir.SUMMARY_SCHEMA`` marks exact or value (status,
   steps, diverged step, the final eval, PreciseBN and test losses, best eval loss, loss
-  spikes, max grad norm) that the original has, and every probe value;
+  spikes, max grad norm) that the original has, and every probe value (final and maximum:
+  each key ``SUMMARY_SCHEMA`` marks as probes) the original has (``new_probes``);
 - every curve in train/ and eval/ step by step (all tags except the wall-clock
-  ``tokens_per_sec``): same tags, same steps, same values.
+  ``tokens_per_sec``): same tags (but a probe the original predates), same steps, same values.
 
 The rule (``expectation``): the same code (equal git sha, neither tree dirty), the same package
 versions and the same machine identity (``trainer.machine``: CPU model, instruction sets, thread
@@ -136,15 +137,26 @@ class Comparison:
         return False
 
 
+def new_probes(orig, new) -> set[str]:
+    """Probe tags only the reproduction has: the original was written before those probes
+    existed (e.g. the DyT FFN and final-norm saturation), so they are not compared, as a summary
+    key the original lacks. Every other tag must be in both."""
+    return {t for t in set(new) - set(orig) if t.startswith("probe/")}
+
+
 def compare_summaries(orig: dict, new: dict, cmp: Comparison) -> Comparison:
     """Compare two summary.json dicts into ``cmp`` (``EXACT_KEYS`` exactly). A key the original
     lacks is skipped: its summary was written before the key existed."""
     keys = [k for k in SUMMARY_KEYS if k in orig]
     for key in keys:
         cmp.check(f"summary {key}", None, orig.get(key), new.get(key), exact=key in EXACT_KEYS)
-    po, pn = orig.get("probes") or {}, new.get("probes") or {}
-    for key in sorted(set(po) | set(pn)):
-        cmp.check(f"summary probes.{key}", None, po.get(key, "missing"), pn.get(key, "missing"))
+    for group in rundir.keys(rundir.PROBES):  # probes, probes_max: tag by tag
+        if group not in orig:
+            continue
+        po, pn = orig.get(group) or {}, new.get(group) or {}
+        for key in sorted(set(po) | (set(pn) - new_probes(po, pn))):
+            cmp.check(f"summary {group}.{key}", None, po.get(key, "missing"),
+                      pn.get(key, "missing"))
     return cmp
 
 
@@ -153,7 +165,7 @@ def compare_curves(orig: Run, new: Run, cmp: Comparison) -> Comparison:
     the tolerance is kept (the rest of a drifting curve is a consequence of it)."""
     for group in rundir.CURVES:
         a, b = getattr(orig, group), getattr(new, group)
-        for tag in sorted((set(a) | set(b)) - set(WALL_CLOCK)):
+        for tag in sorted((set(a) | set(b)) - set(WALL_CLOCK) - new_probes(a, b)):
             name = f"{group}/{tag}"
             if tag not in a or tag not in b:
                 cmp.check(name, None, "present" if tag in a else "missing",

@@ -1,6 +1,6 @@
 """Numbers derived from runs and the statistics behind every verdict, each defined once:
-finite filtering, a run's final eval and test losses, final probe and train/inference gap,
-mean ± std, mean with a 95 % t-interval, and the two comparison rules the findings use. The
+finite filtering, a run's final eval and test losses, final and maximum probe, train/inference
+gap, mean ± std, mean with a 95 % t-interval, and the two comparison rules the findings use. The
 summary tables, the plots and the findings all call these (a run is a
 :class:`trainer.results.run.Run`).
 
@@ -72,6 +72,16 @@ def final_probe(run, tag: str) -> float | None:
     """A probe's final value: from summary.json, else the last point of its eval curve."""
     value = (run.summary.get("probes") or {}).get(tag)
     return finite(value if value is not None else run.final(EVAL, tag))
+
+
+def max_probe(run, tag: str) -> float | None:
+    """A probe's maximum over the evaluations (step 0 included): from summary.json's
+    ``probes_max``, else the largest finite point of its eval curve (runs made before it)."""
+    value = finite((run.summary.get("probes_max") or {}).get(tag))
+    if value is not None:
+        return value
+    points = [x for x in (finite(v) for _, v in run.eval.get(tag) or []) if x is not None]
+    return max(points) if points else None
 
 
 def mode_losses(run, key: str = "final_eval_loss") -> tuple[float | None, float | None]:

@@ -5,8 +5,11 @@
 - token cosine per block: mean pairwise cosine of a sequence's token vectors (-> 1: rank collapse);
 - rank-1 residual per block: ||X - 1 mean^T|| / ||X|| of a sequence's tokens (-> 0: rank collapse);
 - BN statistic drift per block: |batch moments - running moments| of each block's first norm;
-- DyT saturation per block: share of real tokens' features of the first norm's input with
-  |alpha * x| > ``SATURATION_X`` (tanh's flat tails; alpha is the layer's current value) (F14).
+- DyT saturation at every DyT layer: share of real tokens' features of the layer's input with
+  |alpha * x| > ``SATURATION_X`` (tanh's flat tails; alpha is the layer's current value) (F14):
+  ``probe/dyt_saturation/block_i`` the block's first norm (its tag since F14), ``.../block_i/ffn``
+  its second, ``probe/dyt_saturation/final`` the final norm (pre placement). The evaluation at
+  step 0 gives the value at init; summary.json keeps each probe's last and maximum value.
 
 Probes run eagerly on one small fixed batch (a few ms) so they add no compiled shapes, and any
 training-mode call restores the running statistics it touched.
@@ -20,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainer.models import BATCH_NORMS
+from trainer.models.norms import DynamicTanh
 from trainer.telemetry.definitions import SATURATION_X
 
 
@@ -121,7 +125,12 @@ def run_probes(model, probe: ProbeBatch) -> tuple[dict[str, float], dict[str, np
             run_mean, run_var = norm.running_moments
             scalars[f"probe/bn_stat_drift/block_{i}"] = float(tf.reduce_mean(tf.abs(mean - run_mean)))
             scalars[f"probe/bn_var_drift/block_{i}"] = float(tf.reduce_mean(tf.abs(var - run_var)))
-        if block.config.norm == "dyt":
+        if isinstance(block.attention_norm, DynamicTanh):
             scalars[f"probe/dyt_saturation/block_{i}"] = dyt_saturation(
                 block.attention_norm, h["norm_input"], mask)
+            scalars[f"probe/dyt_saturation/block_{i}/ffn"] = dyt_saturation(
+                block.ffn_norm, h["ffn_norm_input"], mask)
+    if isinstance(model.final_norm, DynamicTanh):  # its input: the last block's output
+        scalars["probe/dyt_saturation/final"] = dyt_saturation(
+            model.final_norm, hidden[-1]["stream"], mask)
     return scalars, histograms

@@ -142,7 +142,8 @@ def custom_scalars_layout() -> layout_pb2.Layout:
                 ("token_std after norm", r"activation_normed/block_\d+/token_std"),
                 ("token cosine (rank collapse)", r"probe/token_cosine/block_\d+"),
                 ("BN statistic drift", r"probe/bn_stat_drift/block_\d+"),
-                ("DyT saturation", r"probe/dyt_saturation/block_\d+")]
+                ("DyT saturation (attention norm)", r"probe/dyt_saturation/block_\d+$"),
+                ("DyT saturation (FFN norm)", r"probe/dyt_saturation/block_\d+/ffn$")]
     charts = [layout_pb2.Chart(title=title,
                                multiline=layout_pb2.MultilineChartContent(tag=[regex]))
               for title, regex in families]

@@ -19,6 +19,17 @@ from trainer.telemetry.tensorboard import RunWriters
 from trainer.train.timing import Timings
 
 
+def running_max(maxima: dict[str, float], values: dict[str, float]) -> dict[str, float]:
+    """``maxima`` updated with ``values`` tag by tag; a NaN never replaces a number (nor a
+    number a NaN-free maximum), so one non-finite evaluation does not erase the record."""
+    out = dict(maxima)
+    for tag, value in values.items():
+        old = out.get(tag)
+        if old is None or math.isnan(old) or (not math.isnan(value) and value > old):
+            out[tag] = value
+    return out
+
+
 def evaluate(eval_step, batches) -> float:
     """Mean token loss over the fixed evaluation batches."""
     total = tokens = 0.0
@@ -38,7 +49,8 @@ def evaluate_train_mode(model, eval_step, batches) -> float:
 class Evaluator:
     """Evaluations at eval steps: the eval loss (inference mode and train mode), probes and
     their histograms when telemetry is on, all written to the eval curves; keeps the best and
-    last values, which carry over a resume through ``history()``.
+    last values, and each probe's last and maximum value (``probes``, ``probes_max``), which
+    carry over a resume through ``history()``.
 
     Args:
         cfg: the run's resolved config (``data.eval_batches``, ``runtime.telemetry``,
@@ -59,6 +71,7 @@ class Evaluator:
         self.last = history.get("final_eval_loss")
         self.last_train_mode = history.get("final_eval_loss_train_mode")
         self.probes = history.get("probes", {})
+        self.probes_max = history.get("probes_max", {})
         self.probe = ProbeBatch(self.batches, corpus.max_len)
         self.samples = Samples(run.model, corpus, cfg.train.samples) if cfg.train.samples else None
 
@@ -73,6 +86,7 @@ class Evaluator:
                        "loss_train_mode": train_mode}
             if self.telemetry:
                 self.probes, histograms = run_probes(run.model, self.probe)
+                self.probes_max = running_max(self.probes_max, self.probes)
                 scalars.update(self.probes)
                 self.writers.histograms(EVAL, histograms, step)
             self.writers.write(EVAL, scalars, step)
@@ -114,4 +128,5 @@ class Evaluator:
 
     def history(self) -> dict:
         return {"best_eval_loss": self.best, "final_eval_loss": self.last,
-                "final_eval_loss_train_mode": self.last_train_mode, "probes": self.probes}
+                "final_eval_loss_train_mode": self.last_train_mode, "probes": self.probes,
+                "probes_max": self.probes_max}

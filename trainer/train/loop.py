@@ -272,6 +272,7 @@ def _summary(t, diverged_step, run: Compiled, evaluator: Evaluator, running: Run
         "last_finite": running.last_finite,
         "max_grad_norm": running.max_grad,
         "probes": evaluator.probes,
+        "probes_max": evaluator.probes_max,
         **speed.summary(),
         "pad_fraction": stats["pad_fraction"],
         "compile_count": run.compile_count(),
