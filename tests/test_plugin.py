@@ -4,6 +4,7 @@ with, and resume, reproduce, generate and ``keras.saving.load_model`` find it ag
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -133,17 +134,22 @@ def test_a_plugin_run_keeps_its_norm_for_resume_reproduce_generate_and_loading(t
         return subprocess.run([sys.executable, "-m", "trainer", *map(str, args)], cwd=cwd,
                               env=env, capture_output=True, text=True, timeout=600)
 
-    steps = [a for a in TINY if not a.startswith("train.steps")]
-    first = cli("train", "--config", ROOT / "configs/base.yaml", *steps, "train.steps=3",
+    first = cli("train", "--config", ROOT / "configs/base.yaml", *TINY,
                 "model.norm=norms/power.py:PowerNorm", "--quiet", "--workdir", run)
     assert first.returncode == 0, first.stderr
     kept = run / "norm" / "power.py"
     assert kept.read_text() == (work / "norms/power.py").read_text()
-    (run / "config.yaml").write_text((run / "config.yaml").read_text().replace(
-        "steps: 3", "steps: 6"))  # resume to 6 steps with the original file changed
+    done = json.loads((run / "summary.json").read_text())
+    # resume from the step-3 checkpoint with the original file broken: the kept copy is used
     (work / "norms/power.py").write_text("raise RuntimeError('edited after the run')\n")
+    (run / "summary.json").unlink()
+    for f in (run / "checkpoints").glob("ckpt-6*"):
+        f.unlink()
+    (run / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-3"\n')
     resumed = cli("train", "--config", run / "config.yaml", "--quiet", "--workdir", run)
     assert resumed.returncode == 0, resumed.stderr
+    again = json.loads((run / "summary.json").read_text())
+    assert again["final_eval_loss"] == done["final_eval_loss"]  # an exact resume
     (work / "norms/power.py").unlink()
 
     rerun = cli("reproduce", run, "--out", tmp_path / "rerun")

@@ -97,13 +97,3 @@ def measure(model, seed: int = 0) -> dict:
                                                            mask[:2, :cut], False)))}
     return out
 
-
-def holds(properties: dict) -> dict[str, bool]:
-    """``{property: holds}`` of ``measure``'s result (a two-mode property per mode too)."""
-    out = {}
-    for name, entry in properties.items():
-        out[name] = entry["holds"]
-        for mode in ("training", "inference"):
-            if mode in entry:
-                out[f"{name}.{mode}"] = entry[mode]["holds"]
-    return out
