@@ -74,6 +74,9 @@ Init = _choice("Init", "normal xavier scaled",
                "model.init: the schemes of trainer.models.block.kernel_init.")
 Source = _choice("Source", "embedded hub files",
                  "data.source: keys of trainer.data.sources.LOADERS.")
+EmbeddedCorpus = _choice("EmbeddedCorpus", "wikipedia python",
+                         "data.corpus: the text data.source=embedded reads, from a pinned package "
+                         "(no network); keys of trainer.data.sources.CORPORA.")
 Format = _choice("Format", "auto text json parquet",
                  "data.format: a local file format (a ``datasets`` builder name), or auto "
                  "(resolved from the files' extensions by ``resolve``).")
