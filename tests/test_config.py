@@ -50,6 +50,7 @@ def test_unknown_norm_lists_valid_names():
     (["data.buckets=[16,32]"], "max_len"),
     (["data.source=files"], "data.files"),
     (["data.source=hub"], "data.name"),
+    (["data.source=hub", "data.name=wikitext", "data.corpus=python"], "data.corpus=python needs"),
     (["train.warmup_steps=500", "train.steps=100"], "warmup"),
     (["data.vocab_size=10"], "vocab_size"),
     (["model.placement=middle"], "placement"),
@@ -158,8 +159,8 @@ def test_every_enum_field_is_a_choice():
     schema = OmegaConf.structured(ExperimentConfig)
     # model.norm is a plain string: a lab norm (a Norm member) or a norm from outside the lab
     # (tests/test_plugin.py)
-    str_fields = {k for k in ("model.placement", "model.residual", "model.init",
-                              "data.source", "data.format", "runtime.strategy", "train.decay")}
+    str_fields = {k for k in ("model.placement", "model.residual", "model.init", "data.source",
+                              "data.corpus", "data.format", "runtime.strategy", "train.decay")}
     assert set(CHOICES) == str_fields
     for key, choice in CHOICES.items():
         assert isinstance(OmegaConf.select(schema, key), choice)

@@ -3,8 +3,8 @@
 They live here, apart from trainer.models and trainer.data, so that reading and validating a
 config never imports TensorFlow. The class docstrings name the code that implements each.
 
-``Norm``, ``Source`` and ``Strategy`` are the key sets of registries (``NORMS``, ``LOADERS``,
-``STRATEGIES``) that check at import, by ``Choice.require_keys``, that they cover exactly the
+``Norm``, ``Source``, ``EmbeddedCorpus`` and ``Strategy`` are the key sets of registries
+(``NORMS``, ``LOADERS``, ``CORPORA``, ``STRATEGIES``) that check at import, by ``Choice.require_keys``, that they cover exactly the
 members, so a name cannot be valid in the config and missing in the code. The others are read by
 comparisons in the code that uses them, which nothing checks at import: ``Placement``,
 ``Residual`` (the blocks), ``Init`` (``kernel_init``), ``Decay`` (``make_schedule``) and
@@ -79,6 +79,9 @@ Init = _choice("Init", "normal xavier scaled",
                "model.init: the schemes of trainer.models.block.kernel_init.")
 Source = _choice("Source", "embedded hub files",
                  "data.source: keys of trainer.data.sources.LOADERS.")
+EmbeddedCorpus = _choice("EmbeddedCorpus", "wikipedia python",
+                         "data.corpus: the text data.source=embedded reads, from a pinned package "
+                         "(no network); keys of trainer.data.sources.CORPORA.")
 Format = _choice("Format", "auto text json parquet",
                  "data.format: a local file format (a ``datasets`` builder name), or auto "
                  "(resolved from the files' extensions by ``resolve``).")

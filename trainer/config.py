@@ -23,8 +23,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from trainer.choices import (Choice, ConfigError, Decay, Format, Init, Norm, Placement, Residual,
-                             Source, Strategy)
+from trainer.choices import (Choice, ConfigError, Decay, EmbeddedCorpus, Format, Init, Norm,
+                             Placement, Residual, Source, Strategy)
 from trainer.norm_names import plugin_target
 
 __all__ = ["CHOICES", "Choice", "ConfigError", "Decay", "ExperimentConfig", "Format", "Init",
@@ -69,7 +69,9 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    source: Source = Source.embedded  # embedded (gensim's Wikipedia sample) | hub | files
+    source: Source = Source.embedded  # embedded (a corpus inside a pinned package) | hub | files
+    # source=embedded: wikipedia (gensim's article sample) | python (docutils' source code)
+    corpus: EmbeddedCorpus = EmbeddedCorpus.wikipedia
     name: Optional[str] = None  # hub dataset name, e.g. wikitext
     config: Optional[str] = None  # hub dataset config, e.g. wikitext-2-raw-v1
     files: Optional[Any] = None  # local files: a path/glob, a list, or {split: path(s)}
@@ -340,6 +342,9 @@ def validate(cfg: DictConfig) -> None:
                           f"sequence of data.max_len ({d.max_len})")
     if d.source == Source.hub and not d.name:
         raise ConfigError("data.source=hub needs data.name (a Hugging Face dataset name)")
+    if d.corpus != EmbeddedCorpus.wikipedia and d.source != Source.embedded:
+        raise ConfigError(f"data.corpus={d.corpus} needs data.source=embedded (data.source="
+                          f"{d.source} reads its own text)")
     if d.source == Source.files and not d.files:
         raise ConfigError("data.source=files needs data.files (a path, a list, or {split: path})")
     for key in ("data.validation_fraction", "data.test_fraction"):

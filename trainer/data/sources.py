@@ -1,7 +1,8 @@
 """Text sources -> a ``datasets.DatasetDict`` with train/validation/test splits and one "text" column.
 
-Three sources (``data_cfg.source``): ``embedded`` (the Wikipedia sample shipped inside the gensim
-wheel; no network), ``hub`` (``datasets.load_dataset(name, config)``) and ``files`` (local
+Three sources (``data_cfg.source``): ``embedded`` (a corpus shipped inside a pinned package, no
+network: ``data_cfg.corpus`` picks the Wikipedia sample of the gensim wheel or the Python source
+of docutils), ``hub`` (``datasets.load_dataset(name, config)``) and ``files`` (local
 text/json/parquet files). Every failure a user can cause is raised as a one-line ``DataError``.
 """
 
@@ -10,8 +11,10 @@ from __future__ import annotations
 import bz2
 import glob
 import hashlib
+import importlib.util
 import os
 import re
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -19,7 +22,7 @@ import numpy as np
 
 from trainer import cache
 from trainer.atomic import atomic_dir
-from trainer.choices import Source
+from trainer.choices import EmbeddedCorpus, Source
 from trainer.faults import ProjectError
 
 
@@ -28,6 +31,10 @@ SPLITS = ("train", "validation", "test")
 EXTRACT_VERSION = "wiki-v2"
 EMBEDDED_FILE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 MIN_PARAGRAPH_CHARS = 20
+# The package whose .py files are the python corpus (pinned exactly in setup.cfg). Bump
+# CODE_VERSION when the chunking changes: like the package's version, it is in the cache key.
+CODE_PACKAGE = "docutils"
+CODE_VERSION = "code-v1"
 TEXT_BATCH = 2048  # texts per batch when streaming a split (hashing, tokenizer training, encoding)
 
 
@@ -136,31 +143,76 @@ def extract_articles() -> list[tuple[str, list[str]]]:
 
 
 def split_articles(titles: list[str], val_frac: float, test_frac: float) -> dict[str, list[int]]:
-    """Article indices per split: order by sha256(title), first slice -> validation, next -> test.
+    """Document indices per split: order by sha256(title), first slice -> validation, next -> test.
 
-    Whole articles go to one split so no article leaks between train and evaluation. A positive
-    fraction always gets at least one article so small samples still have every split.
+    Whole documents (Wikipedia articles, source files by path) go to one split so none leaks
+    between train and evaluation. A positive fraction always gets at least one document so small
+    samples still have every split.
     """
     order = sorted(range(len(titles)), key=lambda i: stable_hash(titles[i]))
     n = len(order)
     n_val = max(1, round(val_frac * n)) if val_frac > 0 else 0
     n_test = max(1, round(test_frac * n)) if test_frac > 0 else 0
     if n - n_val - n_test < 1:
-        raise DataError(f"too few articles ({n}) for validation/test fractions {val_frac}/{test_frac}")
+        raise DataError(f"too few documents ({n}) for validation/test fractions {val_frac}/{test_frac}")
     val, test = order[:n_val], order[n_val:n_val + n_test]
     train = order[n_val + n_test:]
     return {"train": sorted(train), "validation": sorted(val), "test": sorted(test)}
 
 
+# A run of blank lines before a line at column 0: the file's top-level units (the module
+# docstring, the imports, each def or class whole with its inner blank lines) become examples.
+_TOP_LEVEL_BREAK = re.compile(r"\n(?:[ \t]*\n)+(?=\S)")
+
+
+def _code_root() -> tuple[Path, str]:
+    """The installed CODE_PACKAGE's directory and version (found, not imported)."""
+    try:
+        version = metadata.version(CODE_PACKAGE)
+        spec = importlib.util.find_spec(CODE_PACKAGE)
+    except (metadata.PackageNotFoundError, ImportError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError(f"data.corpus=python reads the source of the {CODE_PACKAGE} package, which "
+                        f"is not installed (pip install -e . installs the pinned version)")
+    return Path(next(iter(spec.submodule_search_locations))), version
+
+
+def extract_code_files() -> list[tuple[str, list[str]]]:
+    """(path, top-level chunks) of every .py file of CODE_PACKAGE, in path order: the text as
+    written (indentation, comments, docstrings), blank-line runs between top-level units dropped."""
+    root, _ = _code_root()
+    files = []
+    for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).as_posix()):
+        chunks = [c for c in _TOP_LEVEL_BREAK.split(path.read_text(encoding="utf-8")) if c.strip()]
+        if chunks:
+            files.append((f"{CODE_PACKAGE}/{path.relative_to(root).as_posix()}", chunks))
+    return files
+
+
+def _code_key() -> str:
+    return f"{CODE_VERSION}-{CODE_PACKAGE}-{_code_root()[1]}"
+
+
+# data.corpus -> (cache key: what the extracted text depends on, extract: (name, examples) per
+# document); the keys are exactly trainer.choices.EmbeddedCorpus.
+CORPORA = EmbeddedCorpus.require_keys({
+    EmbeddedCorpus.wikipedia: (lambda: EXTRACT_VERSION, extract_articles),
+    EmbeddedCorpus.python: (_code_key, extract_code_files)}, "the embedded corpora")
+
+
 def _embedded(data_cfg: Any, root: Path):
     import datasets
 
+    # A config saved before data.corpus existed (a run directory's, read as it is) is Wikipedia.
+    corpus = getattr(data_cfg, "corpus", None) or EmbeddedCorpus.wikipedia
+    key, extract = CORPORA[EmbeddedCorpus.parse(corpus, "data.corpus")]
     vf, tf = float(data_cfg.validation_fraction), float(data_cfg.test_fraction)
-    final = root / f"embedded-{EXTRACT_VERSION}-v{vf:g}-t{tf:g}"
+    final = root / f"embedded-{key()}-v{vf:g}-t{tf:g}"
     if not final.is_dir():
-        articles = extract_articles()
-        idx = split_articles([t for t, _ in articles], vf, tf)
-        dd = _make({s: [p for i in ids for p in articles[i][1]] for s, ids in idx.items()})
+        documents = extract()
+        idx = split_articles([t for t, _ in documents], vf, tf)
+        dd = _make({s: [p for i in ids for p in documents[i][1]] for s, ids in idx.items()})
         with atomic_dir(final) as tmp:
             dd.save_to_disk(str(tmp))
     return datasets.load_from_disk(str(final))

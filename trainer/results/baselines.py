@@ -26,6 +26,7 @@ import numpy as np
 
 from trainer import cache, rundir
 from trainer.atomic import read_json, write_json
+from trainer.choices import EmbeddedCorpus
 
 K_GRID = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0)
 HELD_OUT = 10  # every 10th train window is held out to choose k
@@ -110,10 +111,15 @@ def baselines_for(data_cfg) -> dict:
 
 
 def data_key(cfg) -> str:
-    """What the baselines depend on, as one string: data config minus nothing-changing keys."""
+    """What the baselines depend on, as one string: data config minus nothing-changing keys.
+
+    ``data.corpus`` enters only when it is not ``wikipedia``: configs saved before the key
+    existed read Wikipedia, and keep sharing their key (and baselines.json) with today's."""
     d = dict(cfg.data)
     d.pop("cache_dir", None)
     d.pop("tokens_per_batch", None)
+    if d.get("corpus", EmbeddedCorpus.wikipedia) == EmbeddedCorpus.wikipedia:
+        d.pop("corpus", None)
     return json.dumps(d, sort_keys=True, default=str)
 
 

@@ -13,11 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from trainer import rundir
 from trainer.atomic import read_json, write_json, write_text
-from trainer.config import ConfigError, to_yaml
+from trainer.config import ConfigError, load_config, to_dict, to_yaml
 from trainer.faults import EXIT_BUSY, writing
 from trainer.machine import machine_identity, versions
 from trainer.provenance import git_dirty, git_sha
@@ -52,12 +50,22 @@ def inspect_run_dir(run_dir: Path, cfg) -> str:
     saved = run_dir / rundir.CONFIG
     if not saved.exists():
         return "new"
-    if OmegaConf.load(saved) != OmegaConf.create(to_yaml(cfg)):
+    if _as_today(saved) != to_dict(cfg):
         raise RunDirError(
             f"{run_dir} holds a run with a different config; rerun with --config {saved} to "
             f"resume it, or choose a new --workdir")
     status = read_json(run_dir / rundir.SUMMARY).get("status")
     return status if status in rundir.FINISHED else "resume"
+
+
+def _as_today(saved: Path) -> dict | None:
+    """A saved config as the schema reads it today (None if it no longer loads): a key added
+    since the run was made takes its default, which is how the run was made (a new key's
+    default keeps existing runs unchanged, e.g. data.corpus=wikipedia)."""
+    try:
+        return to_dict(load_config(saved))
+    except ConfigError:
+        return None
 
 
 @contextlib.contextmanager
