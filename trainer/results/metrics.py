@@ -213,3 +213,69 @@ def beyond(values: dict, threshold: float, side: str, log: bool = False) -> bool
     if side == "above":
         return all(x > threshold for x in xs) and iv.lo > threshold
     return all(x < threshold for x in xs) and iv.hi < threshold
+
+
+# ---- paired differences and equivalence (issue #34: "refuted" told from "underpowered") ------
+# Two variants trained with the same seed see the same initialisation draw and data order, so
+# their per-seed difference is the comparison to judge; its t-interval says whether the data can
+# tell. Not yet read by any claim: the findings switch to it with a new pre-registration.
+SHOWN, REFUTED, UNDERPOWERED = "shown", "refuted", "underpowered"
+TOST_CONFIDENCE = 0.90  # two one-sided tests at alpha = 0.05 each: the 90 % interval
+
+
+@dataclass(frozen=True)
+class Paired:
+    """``a − b`` per seed both have, with its 95 % interval (``ci``) and the 90 % interval of
+    the two one-sided tests (``tost``); ``log``: differences of logarithms (a ratio)."""
+
+    diffs: dict
+    ci: Interval
+    tost: Interval
+
+
+def _interval_at(xs: list[float], confidence: float) -> Interval:
+    """Mean of ``xs`` with its two-sided t-interval at ``confidence`` (half-width 0 for one)."""
+    m, sd = mean_std(xs)
+    n = len(xs)
+    half = 0.0 if n < 2 else stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    return Interval(m, half, m - half, m + half, min(xs), max(xs), n, False)
+
+
+def paired(a: dict, b: dict, log: bool = False) -> Paired | None:
+    """The paired difference of two seed -> value maps over the seeds both have (finite values
+    only); None when fewer than two seeds pair, where no interval exists."""
+    seeds = sorted(s for s in set(a) & set(b) if finite(a[s]) is not None
+                   and finite(b[s]) is not None)
+    if len(seeds) < 2:
+        return None
+    f = (lambda x: math.log(max(x, LOG_FLOOR))) if log else (lambda x: x)
+    diffs = {s: f(a[s]) - f(b[s]) for s in seeds}
+    xs = list(diffs.values())
+    return Paired(diffs, _interval_at(xs, CONFIDENCE), _interval_at(xs, TOST_CONFIDENCE))
+
+
+def exceeds(p: Paired | None, margin: float = 0.0) -> str:
+    """A directional claim, ``a − b > margin``: *shown* when the 95 % interval lies above the
+    margin, *refuted* when it lies below it (the difference is shown smaller than the margin),
+    *underpowered* when it straddles the margin (or no interval exists)."""
+    if p is None:
+        return UNDERPOWERED
+    if p.ci.lo > margin:
+        return SHOWN
+    if p.ci.hi < margin:
+        return REFUTED
+    return UNDERPOWERED
+
+
+def equivalent(p: Paired | None, margin: float) -> str:
+    """A null claim, ``|a − b| < margin`` ("not worse", "holds", "does not need"), by two
+    one-sided tests: *shown* (equivalent) when the 90 % interval lies inside (−margin, margin),
+    *refuted* (shown different) when the 95 % interval lies wholly beyond ±margin, otherwise
+    *underpowered*: the data cannot tell, which is not a "no"."""
+    if p is None:
+        return UNDERPOWERED
+    if -margin < p.tost.lo and p.tost.hi < margin:
+        return SHOWN
+    if p.ci.lo > margin or p.ci.hi < -margin:
+        return REFUTED
+    return UNDERPOWERED
