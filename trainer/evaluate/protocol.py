@@ -18,6 +18,7 @@ are from the committed ones.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,7 +75,9 @@ class Outcome:
 
 
 def _spec(path: Path, budget: Budget, norm: str, rates, seeds) -> Path:
-    body = {"base": str(budget.config), "overrides": [*budget.overrides, f"model.norm={norm}"],
+    """The sweep spec of one sub-sweep, its base relative to it (the same file on any machine)."""
+    base = os.path.relpath(budget.config.resolve(), path.parent.resolve())
+    body = {"base": base, "overrides": [*budget.overrides, f"model.norm={norm}"],
             "grid": {"train.lr": [float(r) for r in rates]}, "seeds": list(seeds)}
     write_text(path, yaml.safe_dump(body, sort_keys=False))
     return path
