@@ -27,7 +27,7 @@ def _help(*args: str) -> str:
 def test_help_lists_every_subcommand():
     text = _help()
     section = text.split("positional arguments:")[1].split("options:")[0]
-    listed = re.findall(r"^ {4}(\w+)", section, flags=re.M)
+    listed = re.findall(r"^ {4}([\w-]+)", section, flags=re.M)
     subparsers = next(a for a in parser()._actions if a.dest == "command").choices
     assert listed == list(COMMANDS) == list(subparsers)
     assert {"train", "sweep", "worker", "summarize", "reproduce", "findings", "analyze",

@@ -133,16 +133,16 @@ def f5_token_std(ref):
     their per-block token std curves)."""
     layers = ref.num_layers(GROUP)
     tags = [f"activation/block_{i}/token_std" for i in range(layers)]
-    rows = {n: [row for row in per_seed(ref, lambda r: [r.train_at(t) for t in tags], norm=n,
+    rows = {n: [curve for curve in per_seed(ref, lambda r: [r.train_at(t) for t in tags], norm=n,
                                         warmup_steps=50, **BASE).values()
-                if None not in row and min(row) > 0] for n in ("layer", "none")}
+                if None not in curve and min(curve) > 0] for n in ("layer", "none")}
     if not all(rows.values()):
         return None
     fig, ax = figure()
     blocks = list(range(layers))
     for n, members in rows.items():
-        for row in members:
-            ax.plot(blocks, row, color=NORM_COLORS[n], alpha=0.3, lw=1)
+        for seed_curve in members:
+            ax.plot(blocks, seed_curve, color=NORM_COLORS[n], alpha=0.3, lw=1)
         gmean = [math.exp(sum(math.log(r[b]) for r in members) / len(members)) for b in blocks]
         ax.plot(blocks, gmean, "-o", color=NORM_COLORS[n], lw=2.5,
                 label=f"{row(n).name}: last/first {gmean[-1] / gmean[0]:.3g}×,\n"
