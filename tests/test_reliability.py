@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from trainer import rundir
+
 from tests.conftest import TINY, run_cli, tiny_spec
 from trainer.config import load_config
 from trainer.faults import EXIT_BUSY, EXIT_IO, EXIT_STOPPED
@@ -445,7 +447,9 @@ def test_history_survives_a_resume_from_the_checkpoint_alone(tmp_path):
     (resumed / "checkpoints" / "checkpoint").write_text(
         'model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-3"\n')
     for run in (at_end, resumed):
-        assert [p.name for p in run.rglob("*.json")] == ["meta.json"]  # no history beside it
+        # no history beside it: only the run directory's own JSON files (trainer/rundir.py)
+        assert sorted(p.name for p in run.rglob("*.json")) == sorted(
+            [rundir.META, rundir.TOKENIZER, rundir.PROMPTS])
         summary = run_training(cfg, run, argv=["test"], progress=False)
         for key in ("status", "steps", "final_eval_loss", "final_eval_loss_train_mode",
                     "best_eval_loss", "max_grad_norm", "last_finite", "probes", "loss_spikes",
