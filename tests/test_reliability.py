@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer import rundir
-
 from tests.conftest import TINY, run_cli, tiny_spec
+from trainer import rundir
 from trainer.config import load_config
 from trainer.faults import EXIT_BUSY, EXIT_IO, EXIT_STOPPED
 from trainer.results.events import read_scalars
