@@ -78,7 +78,9 @@ def sentence(report: dict) -> str:
         diff = report.get("paired_vs_preln")
         if diff:
             side = "behind" if diff["mean"] > 0 else "ahead of"
-            parts.append(f"{abs(diff['mean']):.3f} nats {side} Pre-LN in test loss (paired over "
+            shown = diff["lo"] > 0 or diff["hi"] < 0  # the interval excludes no difference
+            parts.append(f"{abs(diff['mean']):.3f} nats {side} Pre-LN in test loss"
+                         f"{'' if shown else ', a difference not shown'} (paired over "
                          f"{diff['n']} seeds, 95 % interval [{diff['lo']:+.3f}, {diff['hi']:+.3f}])")
     props = (report.get("properties") or {}).get("init")
     if props:
@@ -141,8 +143,8 @@ def markdown(report: dict) -> str:
            f"`model.norm={report['norm']}` — {report['sentence']}", ""]
     if report.get("reproduction"):
         r = report["reproduction"]
-        out += [f"This machine against the committed reference: `{r['run']}` reproduced "
-                f"{r.get('verdict')} ({r.get('text', '')}).", ""]
+        out += [f"This machine against the committed reference: `{r['run']}` reproduced: "
+                f"{r.get('text', r.get('verdict'))}.", ""]
     out += ["## Properties", "", "max |Δ logits| in parentheses; a property holds at ≤ "
             f"{report['invariant_max']:g} (float32 noise ~1e-6).", "",
             *_property_rows(report["properties"]), ""]
