@@ -196,6 +196,18 @@ def test_best_lr_gives_every_variant_its_own_rate(group, tmp_path):
                                                 "placement=pre,lr=0.005,seed=1"]
 
 
+def test_best_lr_reuse_copies_the_grids_run_for_its_seed_only(group, tmp_path):
+    """``reuse: true``: seed 0 is the grid's run at the best rate (the source's seed), seed 1
+    has none and trains."""
+    spec = _spec(tmp_path, f"  from: {group}\n  match: [model.norm, model.placement]\n"
+                 "  reuse: true\n", overrides="[model.norm=layer]")
+    got = {v.name: v.copy_from for v in _resolve(spec)}
+    assert got["placement=pre,seed=1"] is None and got["placement=post,seed=1"] is None
+    for placement, rate in (("pre", 3e-3), ("post", 1e-3)):
+        src = OmegaConf.load(got[f"placement={placement}"] / "config.yaml")
+        assert (src.model.placement, src.train.lr, src.train.seed) == (placement, rate, 0)
+
+
 @pytest.mark.parametrize("best, grid, overrides, extra, message", [
     ("  from: nowhere\n  match: [model.norm]\n", None, "[]", (), "does not exist"),
     ("  from: {empty}\n  match: [model.norm]\n", None, "[]", (), "no run directories"),
@@ -213,6 +225,10 @@ def test_best_lr_gives_every_variant_its_own_rate(group, tmp_path):
     ("  from: {group}\n  match: [model.norm]\n  factors: [0]\n", None, "[]", (),
      "distinct positive"),
     ("  match: [model.norm]\n", None, "[]", (), "with 'from:' and 'match:'"),
+    ("  from: {group}\n  match: [model.norm]\n  factors: [0.5, 1.0]\n  reuse: true\n", None,
+     "[]", (), "true only with factors"),
+    ("  from: {group}\n  match: [model.norm]\n  reuse: maybe\n", None, "[]", (),
+     "reuse must be true or false"),
 ])
 def test_best_lr_errors_are_one_clear_line(group, tmp_path, best, grid, overrides, extra,
                                            message):
@@ -236,12 +252,14 @@ def test_best_lr_refuses_unfinished_and_all_diverged_sources(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_lr_sweep_then_a_best_lr_sweep(tmp_path):
-    """Real runs: a 2-rate sweep (its lr tables), then one seed run at its best rate."""
+    """Real runs: a 2-rate sweep (its lr tables), then seeds 0 and 1 at its best rate, seed 0
+    reused: the grid's run copied (byte-identical summary and provenance), seed 1 trained."""
     lr_spec = tiny_spec(tmp_path / "lr.yaml", "  train.lr: [0.0001, 0.01]\n")
     lr_out = tmp_path / "lr"
     seed_spec = tmp_path / "seeds.yaml"
     seed_spec.write_text(tiny_spec(tmp_path / "tmp.yaml", "  model.norm: [layer]\n").read_text()
-                         + "seeds: [1]\nbest_lr:\n  from: lr\n  match: [model.norm]\n")
+                         + "seeds: [0, 1]\nbest_lr:\n  from: lr\n  match: [model.norm]\n"
+                         "  reuse: true\n")
     seed_out = tmp_path / "seeds"
     for spec, out in ((lr_spec, lr_out), (seed_spec, seed_out)):
         proc = subprocess.run([sys.executable, "-m", "trainer", "sweep", "--config", str(spec),
@@ -257,3 +275,6 @@ def test_tiny_lr_sweep_then_a_best_lr_sweep(tmp_path):
     saved = OmegaConf.load(seed_out / "norm=layer,seed=1" / "config.yaml")
     assert saved.train.lr == v.best_lr and saved.train.seed == 1
     assert not (seed_out / "lr_sweep.csv").exists()  # one rate: no lr tables
+    src = next(r.path for r in v.runs if float(r.cfg.train.lr) == v.best_lr)
+    for name in ("summary.json", "meta.json", "config.yaml"):
+        assert (seed_out / "norm=layer" / name).read_bytes() == (src / name).read_bytes()

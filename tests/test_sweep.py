@@ -198,3 +198,53 @@ def test_a_killed_variant_fails_alone_and_the_worker_goes_on(tmp_path):
         assert codes == [-signal.SIGKILL, 0] and worker.alive()
     finally:
         worker.close()
+
+
+def _headline_values(cfg) -> tuple:
+    """A run config's values of the keys HEADLINE_VARIANTS names (DyT's recipe keys: DyT only)."""
+    m, t = cfg.model, cfg.train
+    out = dict(norm=m.norm, residual=str(m.residual), placement=str(m.placement),
+               warmup_steps=t.warmup_steps)
+    if m.norm == "dyt":
+        out.update(embed_scale=m.embed_scale, dyt_alpha=m.dyt_alpha)
+    return tuple(sorted((k, str(v).lower()) for k, v in out.items()))
+
+
+def test_the_replication_specs_are_the_pre_registered_design():
+    """configs/sweeps/replication/ runs what pre-registration 2 fixed in thresholds.py: in each
+    setting the 10 headline variants (HEADLINE_VARIANTS) on SHORT_GRID, seeds REPLICATION_SEEDS
+    at the best rate (seed 0 reused from the grid; python: MIN_SEEDS for RMSNorm and DyT), DyT
+    by its recipe; the DyT recipe sweep's alphas and rates."""
+    from trainer.findings.thresholds import (DYT_RECIPE_ALPHAS, EMBED_UNIT_SCALE,
+                                             HEADLINE_VARIANTS, MIN_SEEDS, REPLICATION_SEEDS,
+                                             SETTINGS, SHORT_GRID)
+
+    specs = ROOT / "configs/sweeps/replication"
+    want = {tuple(sorted((k, str(v).lower()) for k, v in variant.items())): name
+            for name, variant in HEADLINE_VARIANTS.items()}
+    for setting, seeds in REPLICATION_SEEDS.items():
+        grid, best = {}, {}
+        for part in ("lr", "lr_dyt", "best", "best_dyt"):
+            spec, base = load_spec(specs / setting / f"{part}.yaml")
+            assert base == (ROOT / SETTINGS[setting][0]).resolve()
+            if part.startswith("lr"):
+                assert spec.best_lr["factors"] == list(SHORT_GRID) and spec.seeds == [0]
+            else:
+                assert spec.best_lr["reuse"] is True
+            for v in expand_variants(spec):
+                cfg = load_config(base, v.overrides)
+                (grid if part.startswith("lr") else best).setdefault(
+                    _headline_values(cfg), set()).add(cfg.train.seed)
+        assert set(grid) == set(best) == set(want)
+        few = {"RMSNorm", "DyT (recipe)"} if setting == "python" else set(want.values())
+        assert {want[k]: len(s) for k, s in best.items()} == {
+            name: MIN_SEEDS if name in few else seeds for name in want.values()}
+    spec, _ = load_spec(specs / "dyt_recipe_lr.yaml")
+    assert tuple(spec.grid["model.dyt_alpha"]) == DYT_RECIPE_ALPHAS
+    assert f"model.embed_scale={EMBED_UNIT_SCALE}" in spec.overrides
+    from trainer.results.lr_sweep import load_lr_sweep
+
+    pre_ln = [v for v in load_lr_sweep(ROOT / "results/reference/lr")[0]
+              if v.name == "norm=layer,residual=true,placement=pre,warmup_steps=50"]
+    assert len(pre_ln) == 1  # DyT's rates: Pre-LN's best rate in the reference x SHORT_GRID
+    assert spec.grid["train.lr"] == [float(f"{pre_ln[0].best_lr * f:.12g}") for f in SHORT_GRID]

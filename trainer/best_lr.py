@@ -5,6 +5,7 @@ sweep found for it.
       from: ../../results/lr_sweep   # a results group; relative to the spec file, like base:
       match: [model.norm, model.placement, model.residual]
       factors: [1.0]                 # optional; [0.5, 1.0, 2.0]: three rates around the best
+      reuse: true                    # optional: seed 0 is the grid's run, copied, not retrained
 
 For each variant the runs under ``from`` whose ``match`` keys have the variant's values are
 read as one loss-vs-rate curve; the variant gets ``train.lr`` = that curve's best rate × each
@@ -12,7 +13,11 @@ factor (best rate, tie rule: :mod:`trainer.results.lr_sweep`). The rate is an or
 override, so it is written into the run's config.yaml and ``reproduce`` needs nothing more.
 With ``factors: [1.0]`` (the default) run names are unchanged; otherwise each name gets
 ``lr=<rate>`` (before ``seed=N``). A factor other than 1 gives best × f rounded to 12 significant digits (no float
-noise such as 0.0030000000000000005 in a config).
+noise such as 0.0030000000000000005 in a config). ``reuse: true`` (factor 1 only): a variant
+whose seed has a run at the best rate under ``from`` (seed 0: the grid's) is that run, copied
+by the sweep into its directory (the same config and seed give the same run on CPU; the copy
+keeps the original's meta.json, so its provenance says where it was trained); the sweep's
+config check refuses a copy whose config is not the variant's.
 
 Every problem is one ConfigError line: ``from`` missing or without runs, no run matching a
 variant, matched runs that form several variants (a key missing from ``match``) or are not all
@@ -31,7 +36,7 @@ from trainer.results.lr_sweep import LR_KEY, lr_variants, variant_keys
 from trainer.results.palette import value_of
 from trainer.results.run import load_runs
 
-FIELDS = ("from", "match", "factors")
+FIELDS = ("from", "match", "factors", "reuse")
 _ABSENT = object()
 
 
@@ -48,6 +53,7 @@ class BestLR:
     source: Path
     match: tuple[str, ...]
     factors: tuple[float, ...] = (1.0,)
+    reuse: bool = False
 
 
 def _sets_lr(overrides) -> bool:
@@ -69,10 +75,14 @@ def parse(raw: dict, spec_path: Path, grid: dict, overrides: list[str]) -> BestL
             or not all(isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0
                        for f in factors)):
         raise ConfigError(f"{where}.factors must be distinct positive numbers, got {factors}")
+    reuse = raw.get("reuse", False)
+    if not isinstance(reuse, bool) or (reuse and list(factors) != [1.0]):
+        raise ConfigError(f"{where}.reuse must be true or false, and true only with factors [1.0]"
+                          f", got reuse={reuse}, factors={factors}")
     if LR_KEY in grid or _sets_lr(overrides):
         raise ConfigError(f"{where} sets {LR_KEY}: remove it from the grid and the overrides")
     return BestLR((spec_path.parent / str(raw["from"])).resolve(), tuple(match),
-                  tuple(float(f) for f in factors))
+                  tuple(float(f) for f in factors), reuse)
 
 
 def _source_runs(best: BestLR) -> list:
@@ -86,6 +96,12 @@ def _source_runs(best: BestLR) -> list:
 
 def best_rate(best: BestLR, runs, cfg, name: str) -> float:
     """The best rate of the source ``runs`` whose ``match`` values are ``cfg``'s."""
+    return best_curve(best, runs, cfg, name).best_lr
+
+
+def best_curve(best: BestLR, runs, cfg, name: str):
+    """The loss-vs-rate curve (``lr_sweep.LRVariant``) of the source ``runs`` whose ``match``
+    values are ``cfg``'s; it has a best rate."""
     want = {k: value_of(cfg, k) for k in best.match}
     shown = ", ".join(f"{k}={v}" for k, v in want.items())
     matched = [r for r in runs if all(value_of(r, k) == v for k, v in want.items())]
@@ -103,7 +119,14 @@ def best_rate(best: BestLR, runs, cfg, name: str) -> float:
     if curves[0].best_lr is None:
         raise ConfigError(f"best_lr: every run under {best.source} with {shown} diverged: no "
                           f"best rate (variant {name})")
-    return curves[0].best_lr
+    return curves[0]
+
+
+def _reused(curve, cfg):
+    """The source run at the curve's best rate with ``cfg``'s seed, or None."""
+    found = [r for r in curve.runs if float(r.cfg.train.lr) == curve.best_lr
+             and int(r.cfg.train.seed) == int(cfg.train.seed)]
+    return found[0].path if len(found) == 1 else None
 
 
 def _named(name: str, rate: float) -> str:
@@ -123,11 +146,13 @@ def apply(best: BestLR, variants: list, configs: list, extra=()) -> list:
     for variant, cfg in zip(variants, configs):
         want = tuple(value_of(cfg, k) for k in best.match)
         if want not in found:
-            found[want] = best_rate(best, runs, cfg, variant.name)
+            found[want] = best_curve(best, runs, cfg, variant.name)
+        best_lr = found[want].best_lr
         for factor in best.factors:
-            rate = found[want] if factor == 1 else float(f"{found[want] * factor:.12g}")
+            rate = best_lr if factor == 1 else float(f"{best_lr * factor:.12g}")
             name = variant.name if best.factors == (1.0,) else _named(variant.name, rate)
-            out.append(type(variant)(name, [*variant.overrides, f"{LR_KEY}={rate!r}"]))
+            copy = _reused(found[want], cfg) if best.reuse else None
+            out.append(type(variant)(name, [*variant.overrides, f"{LR_KEY}={rate!r}"], copy))
     names = [v.name for v in out]
     if len(set(names)) != len(names):
         raise ConfigError(f"best_lr.factors {list(best.factors)} give runs of the same name "

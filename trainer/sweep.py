@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 from trainer import best_lr
 from trainer.config import ConfigError, load_config, network_key
 from trainer.faults import ProjectError
+from trainer.rundir import LOCK
 
 
 # Run and sweep names become directory names: no separators, no leading dot, so no escaping.
@@ -51,6 +53,7 @@ class SweepSpec:
 class Variant:
     name: str  # run directory name, derived from the grid overrides
     overrides: list[str]  # spec overrides + grid overrides + seed
+    copy_from: Optional[Path] = None  # best_lr reuse: an earlier run of this config, copied
 
 
 def _fmt(value: Any) -> str:
@@ -201,6 +204,10 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
             return lc.run_local(todo, parallel, desc=f"sweep {name}", reuse=reuse)
         return lc.job_codes(lc.submit_jobs(todo, root, cluster, spec.launcher_params))
 
+    for v in variants:  # best_lr reuse: the grid's run of this config is this variant's run
+        if v.copy_from is not None and not (root / v.name).exists():
+            shutil.copytree(v.copy_from, root / v.name, ignore=shutil.ignore_patterns(LOCK))
+            print(f"{v.name}: the run {v.copy_from} (same config and seed), copied", flush=True)
     ended = lc.run_all([root / v.name for v in variants], configs, run, wait, wait_limit_s, name)
     if ended["stopped"] or ended["elsewhere"]:  # not every variant has ended: no table yet
         parts = ([f"{len(ended['stopped'])} variant(s) pre-empted ({', '.join(ended['stopped'])})"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import InitVar, dataclass, field
 
-from trainer.results.metrics import interval
+from trainer.results.metrics import REFUTED, SHOWN, UNDERPOWERED, Judged, interval
 
 # The variants most claims compare: Pre-norm with the residual; the norms by family.
 BASE = dict(residual="true", placement="pre")
@@ -25,18 +25,25 @@ class Part:
     ``control``: the part holds by construction (LN is the same function in both modes; without
     γ/β every LN output has norm √C): a check that the implementation is what it says, shown on
     the page and never counted toward the verdict. Otherwise the part is *evidence*: a
-    measurement that could have come out either way. ``shown`` is None when the part cannot be
-    judged (``why`` says which precondition failed: a compared variant trains at no rate tried,
-    a population is empty); such a part never counts as shown.
+    measurement that could have come out either way, judged by the statistics rule
+    (``metrics.compare`` / ``not_worse`` / ``threshold``): ``shown`` True (shown), False
+    (refuted) or None; None with ``underpowered`` when the interval straddles the margin, None
+    without it when the part cannot be judged (``why`` says which precondition failed: a
+    compared variant trains at no rate tried, a population is empty). ``stat``: the statistic
+    it read (a paired difference with its interval and margin), printed beside it.
     """
 
     text: str
     shown: bool | None
     control: bool = False
     why: str = ""
+    underpowered: bool = False
+    stat: str = ""
 
     @property
     def mark(self) -> str:
+        if self.underpowered:
+            return "~"
         return "?" if self.shown is None else ("✓" if self.shown else "✗")
 
 
@@ -60,8 +67,14 @@ class Finding:
                                                    (self.claim, self.metric, self.falsifier))
         self.plots = ((plot,) if plot else ()) + tuple(self.plots)
 
-    def evidence(self, text: str, shown: bool | None, why: str = "") -> None:
-        """A part that counts: ``shown`` None (with ``why``) when it cannot be judged."""
+    def evidence(self, text: str, shown: "bool | None | Judged", why: str = "") -> None:
+        """A part that counts: a ``Judged`` outcome of the statistics rule; or True/False for a
+        part with no interval (a single-seed grid reading); None (with ``why``) when it cannot
+        be judged."""
+        if isinstance(shown, Judged):
+            self.parts.append(Part(text, {SHOWN: True, REFUTED: False}.get(shown.outcome), False,
+                                   why, shown.outcome == UNDERPOWERED, shown.stat))
+            return
         self.parts.append(Part(text, None if shown is None else bool(shown), False, why))
 
     def control(self, text: str, shown: bool) -> None:
@@ -75,19 +88,24 @@ class Finding:
 
 # Every verdict ``verdict`` returns, as results/README.md writes it (the ones to look at in bold).
 VERDICTS = {"yes": "yes", "partly": "**partly**", "no": "**no**",
+            "inconclusive (underpowered)": "**inconclusive (underpowered)**",
             "inconclusive": "**inconclusive**", "checks only": "checks only",
             "not run": "not run yet"}
 
 
 def verdict(parts: list[Part], missing: bool = False) -> str:
-    """The one verdict rule, over the evidence parts (controls never count):
+    """The one verdict rule, over the evidence parts (controls never count; results/
+    PREREGISTRATION-REPLICATION.md):
 
     - *not run*: some runs or analyses it reads are missing;
     - *inconclusive*: a control failed (the implementation is not what it says, so nothing
-      measured through it counts), or no evidence part failed but some could not be judged
-      (a precondition failed: never a vacuous truth);
-    - *yes*: every evidence part shows; *no*: none shows and some failed; *partly*: some
-      show and some failed (parts that could not be judged are listed, not counted);
+      measured through it counts);
+    - *yes*: every evidence part shows; *partly*: some show and some are refuted; *no*: none
+      shows and some are refuted;
+    - *inconclusive (underpowered)*: none is refuted and some straddle their margin: the data
+      cannot tell, which is never a "no";
+    - *inconclusive*: none refuted, none underpowered, some could not be judged (a precondition
+      failed: never a vacuous truth);
     - *checks only*: the claim has controls and no evidence part (a definition, demonstrated).
 
     A claim with no part at all has no verdict: ``ValueError`` (a claim module that added
@@ -103,10 +121,14 @@ def verdict(parts: list[Part], missing: bool = False) -> str:
     if not evidence:
         return "checks only"
     shown = [p for p in evidence if p.shown]
-    failed = [p for p in evidence if p.shown is False]
-    if not failed:
-        return "yes" if len(shown) == len(evidence) else "inconclusive"
-    return "partly" if shown else "no"
+    refuted = [p for p in evidence if p.shown is False]
+    if refuted:
+        return "partly" if shown else "no"
+    if len(shown) == len(evidence):
+        return "yes"
+    return ("inconclusive (underpowered)" if any(p.underpowered for p in evidence)
+            else "inconclusive")
+
 
 def fmt_seeds(values: dict, log: bool = False) -> str:
     iv = interval((v for v in values.values()), log)

@@ -4,13 +4,16 @@ gap, mean ± std, mean with a 95 % t-interval, and the two comparison rules the 
 summary tables, the plots and the findings all call these (a run is a
 :class:`trainer.results.run.Run`).
 
-A comparison *shows* only when it holds for every seed and the groups' 95 % intervals do not
-overlap; a threshold test only when every seed passes and the whole interval lies beyond the
-threshold. With 3 seeds the t quantile is 4.30, so an interval is wide unless the seeds agree:
-that is the point. One rule for every claim; the only choice per quantity is its scale: positive
-heavy-tailed quantities (maxima over positions or sequences, ratios) are judged on their
-logarithms (``log=True``: the interval of the geometric mean), since a t-interval of three
-maxima such as 44.7 / 17.5 / 25.0 reaches below zero, which such a quantity cannot.
+Every evidence part is judged by one rule (``compare``, ``not_worse``, ``threshold``; results/
+PREREGISTRATION-REPLICATION.md): *shown* when every seed and the whole 95 % t-interval lie on
+the claimed side of the margin (a comparison reads the paired per-seed difference), *refuted*
+when the interval lies wholly on the other side, *underpowered* when it straddles: the data
+cannot tell. With 3 seeds the t quantile is 4.30, so an interval is wide unless the seeds agree:
+that is the point. The only choice per quantity is its scale: positive heavy-tailed quantities
+(maxima over positions or sequences, ratios) are judged on their logarithms (``log=True``: the
+interval of the geometric mean), since a t-interval of three maxima such as 44.7 / 17.5 / 25.0
+reaches below zero, which such a quantity cannot. ``above`` and ``beyond`` are the first rule
+(results/PREREGISTRATION.md), kept for controls and for the shown side of ``threshold``.
 """
 
 from __future__ import annotations
@@ -215,67 +218,115 @@ def beyond(values: dict, threshold: float, side: str, log: bool = False) -> bool
     return all(x < threshold for x in xs) and iv.hi < threshold
 
 
-# ---- paired differences and equivalence (issue #34: "refuted" told from "underpowered") ------
-# Two variants trained with the same seed see the same initialisation draw and data order, so
-# their per-seed difference is the comparison to judge; its t-interval says whether the data can
-# tell. Not yet read by any claim: the findings switch to it with a new pre-registration.
+# ---- the statistics rule (pre-registration 2, results/PREREGISTRATION-REPLICATION.md) -------
+# Every evidence part is one of three kinds, each with three outcomes: *shown*, *refuted* (the
+# data show the opposite side of the margin) or *underpowered* (the interval straddles it: the
+# data cannot tell, which is not a "no"). Two variants trained with the same seed see the same
+# data order (and, for one architecture, the same initial draw), so a comparison reads their
+# per-seed difference. The all-seeds condition stays beside every interval on the shown side.
 SHOWN, REFUTED, UNDERPOWERED = "shown", "refuted", "underpowered"
-TOST_CONFIDENCE = 0.90  # two one-sided tests at alpha = 0.05 each: the 90 % interval
+TOST_CONFIDENCE = 0.90  # a one-sided test at alpha = 0.05: the upper end of the 90 % interval
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One evidence part's outcome with the statistic it read, as the page prints it."""
+
+    outcome: str  # SHOWN | REFUTED | UNDERPOWERED
+    stat: str
 
 
 @dataclass(frozen=True)
 class Paired:
     """``a − b`` per seed both have, with its 95 % interval (``ci``) and the 90 % interval of
-    the two one-sided tests (``tost``); ``log``: differences of logarithms (a ratio)."""
+    a one-sided test (``tost``); ``log``: differences of logarithms (a ratio)."""
 
     diffs: dict
     ci: Interval
     tost: Interval
+    log: bool = False
+
+    def describe(self, margin: float) -> str:
+        if self.log:
+            f = math.exp
+            return (f"paired ratio {_g(f(self.ci.mean))} (95 % {_g(f(self.ci.lo))} … "
+                    f"{_g(f(self.ci.hi))}; n = {self.ci.n}) against {_g(f(margin))}")
+        return (f"paired Δ {self.ci.mean:+.3g} (95 % {self.ci.lo:+.3g} … {self.ci.hi:+.3g}; "
+                f"n = {self.ci.n}) against {margin:g}")
 
 
 def _interval_at(xs: list[float], confidence: float) -> Interval:
-    """Mean of ``xs`` with its two-sided t-interval at ``confidence`` (half-width 0 for one)."""
+    """Mean of ``xs`` with its two-sided t-interval at ``confidence`` (half-width 0 for one; an
+    infinite value makes the interval the range, as ``interval`` does)."""
     m, sd = mean_std(xs)
     n = len(xs)
-    half = 0.0 if n < 2 else stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
-    return Interval(m, half, m - half, m + half, min(xs), max(xs), n, False)
+    if n < 2 or not math.isfinite(m):
+        half = 0.0 if n < 2 else math.inf
+    else:
+        half = stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    lo, hi = (m - half, m + half) if math.isfinite(half) else (min(xs), max(xs))
+    return Interval(m, half, lo, hi, min(xs), max(xs), n, False)
 
 
 def paired(a: dict, b: dict, log: bool = False) -> Paired | None:
-    """The paired difference of two seed -> value maps over the seeds both have (finite values
-    only); None when fewer than two seeds pair, where no interval exists."""
-    seeds = sorted(s for s in set(a) & set(b) if finite(a[s]) is not None
-                   and finite(b[s]) is not None)
-    if len(seeds) < 2:
-        return None
+    """The paired difference of two seed -> value maps over the seeds both have; a diverged run
+    (+inf) counts (its difference is +inf or -inf), a missing or NaN value does not, nor does a
+    pair of two diverged runs. None when fewer than two seeds pair: no interval exists."""
+    def ok(x):
+        return x is not None and not math.isnan(x)
     f = (lambda x: math.log(max(x, LOG_FLOOR))) if log else (lambda x: x)
-    diffs = {s: f(a[s]) - f(b[s]) for s in seeds}
+    diffs = {}
+    for s in sorted(set(a) & set(b)):
+        if ok(a[s]) and ok(b[s]) and not (math.isinf(a[s]) and math.isinf(b[s])):
+            diffs[s] = f(a[s]) - f(b[s])
+    if len(diffs) < 2:
+        return None
     xs = list(diffs.values())
-    return Paired(diffs, _interval_at(xs, CONFIDENCE), _interval_at(xs, TOST_CONFIDENCE))
+    return Paired(diffs, _interval_at(xs, CONFIDENCE), _interval_at(xs, TOST_CONFIDENCE), log)
 
 
-def exceeds(p: Paired | None, margin: float = 0.0) -> str:
-    """A directional claim, ``a − b > margin``: *shown* when the 95 % interval lies above the
-    margin, *refuted* when it lies below it (the difference is shown smaller than the margin),
-    *underpowered* when it straddles the margin (or no interval exists)."""
+def _margin(margin: float, log: bool) -> float:
+    """A margin on the differences' scale: ``log`` margins are factors (0: none)."""
+    return (math.log(margin) if margin else 0.0) if log else margin
+
+
+def compare(a: dict, b: dict, margin: float = 0.0, log: bool = False) -> Judged:
+    """A difference part, "``a`` exceeds ``b`` by ``margin``": *shown* when every paired
+    difference and the 95 % interval of their mean lie above the margin, *refuted* when the
+    interval lies below it, *underpowered* otherwise (or when fewer than two seeds pair)."""
+    p, m = paired(a, b, log), _margin(margin, log)
     if p is None:
-        return UNDERPOWERED
-    if p.ci.lo > margin:
-        return SHOWN
-    if p.ci.hi < margin:
-        return REFUTED
-    return UNDERPOWERED
+        return Judged(UNDERPOWERED, "fewer than two paired seeds")
+    if p.ci.lo > m and all(d > m for d in p.diffs.values()):
+        return Judged(SHOWN, p.describe(m))
+    return Judged(REFUTED if p.ci.hi < m else UNDERPOWERED, p.describe(m))
 
 
-def equivalent(p: Paired | None, margin: float) -> str:
-    """A null claim, ``|a − b| < margin`` ("not worse", "holds", "does not need"), by two
-    one-sided tests: *shown* (equivalent) when the 90 % interval lies inside (−margin, margin),
-    *refuted* (shown different) when the 95 % interval lies wholly beyond ±margin, otherwise
-    *underpowered*: the data cannot tell, which is not a "no"."""
+def not_worse(a: dict, b: dict, margin: float) -> Judged:
+    """A null part, "``a`` is not worse (higher) than ``b`` by ``margin``": *shown* when every
+    paired difference and the one-sided 95 % upper bound (the 90 % interval's upper end) lie
+    below the margin, *refuted* (shown worse) when the 95 % interval lies above it,
+    *underpowered* otherwise: a difference not shown is not evidence of none."""
+    p = paired(a, b)
     if p is None:
-        return UNDERPOWERED
-    if -margin < p.tost.lo and p.tost.hi < margin:
-        return SHOWN
-    if p.ci.lo > margin or p.ci.hi < -margin:
-        return REFUTED
-    return UNDERPOWERED
+        return Judged(UNDERPOWERED, "fewer than two paired seeds")
+    stat = f"{p.describe(margin)}; one-sided 95 % bound {p.tost.hi:+.3g}"
+    if p.tost.hi < margin and all(d < margin for d in p.diffs.values()):
+        return Judged(SHOWN, stat)
+    return Judged(REFUTED if p.ci.lo > margin else UNDERPOWERED, stat)
+
+
+def threshold(values: dict, limit: float, side: str, log: bool = False) -> Judged:
+    """A threshold part, "every value ``side`` ("above"/"below") ``limit``": *shown* when every
+    seed and the whole 95 % interval lie beyond it, *refuted* when the whole interval lies on
+    the other side, *underpowered* when it straddles (or a value is missing)."""
+    xs = [v for v in values.values()]
+    iv = interval(xs, log) if xs and None not in xs else None
+    if iv is None or any(math.isnan(x) for x in xs):
+        return Judged(UNDERPOWERED, "a value is missing")
+    stat = f"{iv} against {_g(limit)}"
+    up = side == "above"
+    if beyond(values, limit, side, log):
+        return Judged(SHOWN, stat)
+    wrong = iv.hi < limit if up else iv.lo > limit
+    return Judged(REFUTED if wrong else UNDERPOWERED, stat)
