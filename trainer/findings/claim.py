@@ -47,6 +47,15 @@ class Part:
         return "?" if self.shown is None else ("✓" if self.shown else "✗")
 
 
+def all_of(*parts: Judged) -> Judged:
+    """Several judgements read as one part: shown when all are, refuted when one is, otherwise
+    underpowered; the statistics joined."""
+    outcomes = {p.outcome for p in parts}
+    outcome = (SHOWN if outcomes == {SHOWN} else REFUTED if REFUTED in outcomes
+               else UNDERPOWERED)
+    return Judged(outcome, "; ".join(p.stat for p in parts))
+
+
 @dataclass
 class Finding:
     id: str

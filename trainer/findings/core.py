@@ -11,9 +11,9 @@ and the thresholds (``thresholds``) were fixed before the runs (results/PREREGIS
 - losses are judged on the test split (``final_test_loss``), which no choice read;
 - every compared variant has >= ``MIN_SEEDS`` seeds (``HEADLINE_SEEDS`` for the headline
   comparisons); values are listed per seed with mean ± 95 % t-interval;
-- a comparison shows only when it holds for every seed *and* the intervals do not overlap; a
-  threshold test only when every seed and the whole interval pass it; maxima and ratios on a
-  log scale;
+- every evidence part is judged by pre-registration 2's rule (``metrics.compare``,
+  ``not_worse``, ``threshold``): *shown*, *refuted* or *underpowered*; a comparison reads the
+  paired per-seed difference; maxima and ratios on a log scale;
 - a part that holds by construction is a *control*: shown, checked on every seed, never counted;
 - a claim whose runs are missing says "not run" and names them; a claim that does not show is
   reported with its numbers, never dropped.
@@ -24,11 +24,11 @@ from __future__ import annotations
 from trainer.findings.claim import BASE, BN_NORMS, TOKEN_NORMS, Finding, line
 from trainer.findings.reference import Reference
 from trainer.findings.thresholds import (COLLAPSE_MARGIN, DEPENDENT_MIN, GAP_MIN, GAP_ZERO,
-                                         HEADLINE_SEEDS, HEALTHY_BELOW_BIGRAM, INVARIANT_MAX,
+                                         HEALTHY_BELOW_BIGRAM, INVARIANT_MAX,
                                          LOSS_MARGIN)
 from trainer.results.baselines import at_plateau
-from trainer.results.metrics import (above, beyond, final_probe, interval, final_test_gap, final_test_loss,
-                                     final_test_loss_precise_bn)
+from trainer.results.metrics import (compare, final_probe, final_test_gap, final_test_loss,
+                                     final_test_loss_precise_bn, interval, threshold)
 
 GROUP = "best"  # every variant of the learning-rate table at its own best rate
 
@@ -54,10 +54,10 @@ def plateau_pair(ref: Reference, a: dict, b: dict, group: str = GROUP) -> str:
 
 def compare_losses(f: Finding, ref: Reference, text: str, worse: dict, better: dict,
                    margin: float = LOSS_MARGIN, group: str = GROUP) -> None:
-    """An evidence part: ``worse`` ends above ``better`` by ``margin`` (``metrics.above``);
-    inconclusive when both sit at the plateau."""
+    """An evidence part: ``worse`` ends above ``better`` by ``margin`` (``metrics.compare``:
+    the paired difference); cannot be judged when both sit at the plateau."""
     why = plateau_pair(ref, worse, better, group)
-    f.evidence(text, None if why else above(worse, better, margin), why)
+    f.evidence(text, None if why else compare(worse, better, margin), why)
 
 
 def scale(ref: Reference) -> Finding:
@@ -67,7 +67,7 @@ def scale(ref: Reference) -> Finding:
                 "final test loss vs unigram/bigram cross-entropy of the same test tokens",
                 f"""Pre-LN's test loss not below bigram − {HEALTHY_BELOW_BIGRAM} on every seed
                     and over its whole interval""", plot=f"{GROUP}/plots/loss.png")
-    loss = ref.per_seed(f, GROUP, final_test_loss, seeds=HEADLINE_SEEDS, norm="layer", warmup_steps=50,
+    loss = ref.per_seed(f, GROUP, final_test_loss, seeds=ref.headline_seeds, norm="layer", warmup_steps=50,
                         **BASE)
     base = ref.baselines(GROUP)
     if f.missing or base is None:
@@ -76,7 +76,7 @@ def scale(ref: Reference) -> Finding:
     f.lines += [line("Pre-LN + residual", loss),
                 f"test tokens: unigram {base['unigram']:.4g}, bigram {base['bigram']:.4g} nats"]
     f.evidence("below bigram by the margin",
-               beyond(loss, base["bigram"] - HEALTHY_BELOW_BIGRAM, "below"))
+               threshold(loss, base["bigram"] - HEALTHY_BELOW_BIGRAM, "below"))
     return f
 
 
@@ -84,8 +84,10 @@ def f1(ref: Reference) -> Finding:
     f = Finding("F1", """LN-style norms give a sequence the same output whatever its batch; BN does
                     not""", """max |Δ logits| of one sequence alone vs in a batch with others
                     and extra pads, training mode (`probe/batch_invariance`), final""",
-                f"""a BN whose logits move by < {DEPENDENT_MIN:g} (geometric interval); a per-token
-                    norm moving them by > {INVARIANT_MAX:g} is a failed control""",
+                f"""nothing measured here could: both parts hold by construction (batch
+                    statistics read the batch; a per-token norm reads one token), so they are
+                    controls: a BN whose logits move by < {DEPENDENT_MIN:g}, or a per-token norm
+                    moving them by > {INVARIANT_MAX:g}, is a broken implementation""",
                 plot=f"{GROUP}/plots/invariance_and_gap.png")
     inv = {n: ref.per_seed(f, GROUP, lambda r: final_probe(r, "probe/batch_invariance"), norm=n,
                            warmup_steps=50, **BASE) for n in TOKEN_NORMS + BN_NORMS}
@@ -94,8 +96,9 @@ def f1(ref: Reference) -> Finding:
     f.lines += [line(n, v, log=True) for n, v in inv.items()]
     f.control("per-token norms invariant (each token normalised over its own features)",
               all(every_seed(inv[n], INVARIANT_MAX, "below") for n in TOKEN_NORMS))
-    for n in BN_NORMS:
-        f.evidence(f"{n} depends on the batch", beyond(inv[n], DEPENDENT_MIN, "above", log=True))
+    for n in BN_NORMS:  # by definition (pre-registration 2): a control, not evidence
+        f.control(f"{n} depends on the batch in training mode (batch statistics)",
+                  every_seed(inv[n], DEPENDENT_MIN, "above"))
     return f
 
 
@@ -126,7 +129,7 @@ def f2(ref: Reference) -> Finding:
               every_seed({s: abs(v) for s, v in ln.items()}, GAP_ZERO, "below"))
     for n in BN_NORMS:
         f.evidence(f"{n}: a gap that population statistics do not remove",
-                   beyond(pop[n], GAP_MIN, "above"))
+                   threshold(pop[n], GAP_MIN, "above"))
     return f
 
 
@@ -147,15 +150,24 @@ def f3(ref: Reference) -> Finding:
                     more pads)""",
                 """final test loss (inference, population statistics) of naive `batch` vs
                     `masked_batch`, Pre-LN + residual, each at its own best rate""",
-                f"""`batch` not worse than `masked_batch` by {LOSS_MARGIN} nats on every seed with
-                    separate intervals""", plot=f"{GROUP}/plots/f3_precise_bn.png")
-    loss = {n: ref.per_seed(f, GROUP, final_test_loss_precise_bn, seeds=HEADLINE_SEEDS, norm=n,
-                            warmup_steps=50, **BASE) for n in BN_NORMS}
+                f"""the paired difference `batch` − `masked_batch` shown below {LOSS_MARGIN} nats
+                    (its 95 % interval below the margin), on the bucketed stream or under
+                    pad-to-max""", plot=f"{GROUP}/plots/f3_precise_bn.png")
+    loss = {n: ref.per_seed(f, GROUP, final_test_loss_precise_bn, seeds=ref.headline_seeds,
+                            norm=n, warmup_steps=50, **BASE) for n in BN_NORMS}
+    # pre-registration 2: the same question where pads double (F9's pad-to-max runs)
+    pad = ({n: ref.per_seed(f, "pad_to_max", final_test_loss_precise_bn, norm=n, **BASE)
+            for n in BN_NORMS} if ref.designed("pad_to_max") else None)
     if f.missing:
         return f
     f.lines += [line(n, v) for n, v in loss.items()]
     f.lines.append(f"pad fraction of the training stream: {ref.pad_fraction(GROUP):.1%}")
     compare_losses(f, ref, "masked BN ends better", loss["batch"], loss["masked_batch"])
+    if pad is not None:
+        f.lines += [line(f"{n}, pad-to-max", v) for n, v in pad.items()]
+        f.lines.append(f"pad fraction under pad-to-max: {ref.pad_fraction('pad_to_max'):.1%}")
+        compare_losses(f, ref, "masked BN ends better under pad-to-max", pad["batch"],
+                       pad["masked_batch"], group="pad_to_max")
     return f
 
 
@@ -172,9 +184,9 @@ def f4(ref: Reference) -> Finding:
     tag = f"probe/rank1_residual/block_{last}"
     want = dict(norm="layer", placement="pre", warmup_steps=50)
     at = {(r, when): ref.per_seed(f, GROUP, (lambda run, w=when: run.eval_at(tag, w)),
-                                  seeds=HEADLINE_SEEDS, residual=r, **want)
+                                  seeds=ref.headline_seeds, residual=r, **want)
           for r in ("true", "false") for when in ("first", "last")}
-    loss = {r: ref.per_seed(f, GROUP, final_test_loss, seeds=HEADLINE_SEEDS, residual=r, **want)
+    loss = {r: ref.per_seed(f, GROUP, final_test_loss, seeds=ref.headline_seeds, residual=r, **want)
             for r in ("true", "false")}
     if f.missing:
         return f
@@ -182,7 +194,7 @@ def f4(ref: Reference) -> Finding:
         f.lines.append(line(f"residual={r}, {'step 0' if when == 'first' else 'final'}", v))
     f.lines += [line(f"test loss, residual={r}", v) for r, v in loss.items()]
     f.evidence("collapsed at init without residual",
-               above(at[("true", "first")], at[("false", "first")], COLLAPSE_MARGIN))
+               compare(at[("true", "first")], at[("false", "first")], COLLAPSE_MARGIN))
     compare_losses(f, ref, "trains worse without residual", loss["false"], loss["true"])
     return f
 

@@ -1,10 +1,11 @@
 """Each claim's verdict on the archived page, and why it changed.
 
-The first reference (every variant at lr 6e-3, verdicts on the validation split, controls counted
-as evidence) is archived with its page under ``results/ARCHIVE``. A section whose verdict
-differs from the archived one says from what to what, and why (``WHY``, written by hand when the
-new verdict came in); a claim the archived page did not have says so. Only the archived page's verdict lines are
-read: none of its numbers enters a verdict here.
+The reference's runs were first judged by pre-registration 1's rule (every seed and separate
+intervals; a part either showed or did not); that page is archived under ``ARCHIVE`` (its
+own sections say how they changed from the first reference at lr 6e-3, archived beside it).
+A section whose verdict differs from the archived one says from what to what, and why (``WHY``,
+written by hand when the new verdict came in); a claim the archived page did not have says so.
+Only the archived page's verdict lines are read: none of its numbers enters a verdict here.
 """
 
 from __future__ import annotations
@@ -14,35 +15,31 @@ from pathlib import Path
 
 from trainer.findings.claim import VERDICTS
 
-ARCHIVE = Path("archive") / "reference-2026-11-lr6e-3"  # under results/, beside the reference
-ARCHIVE_SETTING = "every variant at lr 6e-3, validation split"
+ARCHIVE = Path("archive") / "reference-rule-1"  # under results/, beside the reference
+ARCHIVE_SETTING = "the same runs judged by pre-registration 1's rule"
 
 # Claim id -> why its verdict differs from the archived one. tests/test_findings.py checks that
 # the keys are exactly the claims whose committed verdict differs.
 WHY = {
-    "F2": """LN's zero gap counted as evidence there; LN is one function in both modes, so that
-        part holds by construction and is a control here. The measured part, a BN gap that
-        population statistics do not remove, shows for neither naive nor masked BN""",
-    "F6": """at lr 6e-3 Post-LN sat at the plateau with and without warm-up, so "needs
-        warm-up" could not be told from "does not train". At its own rates Post-LN trains, and
-        without warm-up it is neither worse by the margin nor trainable at fewer rates; the init
-        gradient profile does not show either. The one ✓ is Pre-LN's part: a difference not
-        shown, not an equivalence shown""",
-    "F7": """LN flat over the batch size counted as evidence there; it holds by construction (as
-        BN's flatness with running statistics does), so both are controls here. The one measured
-        part, BN worse at B = 1 in training mode by the margin, does not show, there as here""",
-    "F8": """BN's composition |Δ logits| was far above the threshold on every seed there too;
-        the part failed only because a linear t-interval of three heavy-tailed maxima reached
-        below zero. Maxima are judged on their logarithms now (pre-registered), and LN's and
-        RMSNorm's invariance is a control""",
-    "F10": """"every token has norm √C without γ/β" counted as evidence there; it is LN's
-        definition, a control here. Both measured parts (worse loss without γ/β, γ/β spreading
-        the output norms) do not show, there as here""",
-    "F13": """every part evaluates LN's definition on constructed inputs, so each is a control,
-        and controls never count: the claim can read checks only, never yes""",
-    "F14": """its ✓ part ("saturated at the plateau, unsaturated where it trains") was true there
-        over an empty set: no α trained at lr 6e-3. Here each α ran at its best of three rates
-        and still none ends below bigram, the pre-registered inconclusive condition""",
+    "F1": """its evidence, "BN depends on its batch in training mode", holds by definition
+        (batch statistics read the batch), so pre-registration 2 makes it a control, as LN's
+        invariance already was: the claim demonstrates, it does not test""",
+    "F3": """the bucketed part still shows (paired); the new part, F9's pad-to-max comparison
+        asked here too, straddles its margin at 3 seeds: underpowered, not a "no" """,
+    "F5": """the growth ratio (no norm over LN, paired by seed) is 1.76 with an interval that
+        straddles the factor 2: underpowered, where the first rule read "does not show" """,
+    "F6": """"Pre-LN does not need warm-up" is a null: judged as one (not worse by the margin,
+        one-sided), Pre-LN without warm-up is shown worse on every seed, so the part is refuted;
+        the first rule marked it ✓ because a difference was not shown by non-overlap. Post-LN
+        without warm-up is better, not worse: refuted as before""",
+    "F8": """its evidence, BN's outputs moving with the partners' lengths in training mode, holds
+        by definition (batch statistics): a control now, so "checks only" """,
+    "F11": """"Pre-LN holds with depth" is a null now (one-sided, paired): its interval straddles
+        the margin; no norm's gap growth and the 12-block comparison with no norm straddle theirs
+        too: underpowered, where the first rule read them as failing""",
+    "F15": """it compares the BN model with the LN model served at batch 1 (BN's running
+        statistics make the serving batch irrelevant); the paired intervals for naive BN (+0.143,
+        95 % −0.040 … +0.326) and masked BN straddle the margin at 3 seeds: underpowered""",
 }
 
 _VERDICT = re.compile(r"^Verdict: (.+?)\. Falsified by", re.M)  # as page.render_page writes it

@@ -1,11 +1,12 @@
 """The inference claims F15–F19 (issue #24), pre-registered in the addendum of
 results/PREREGISTRATION.md with the thresholds of ``thresholds``' F15–F19 section; the rules are
-``core``'s. Checkpoints: ``best`` seeds 0–2 of the Pre + residual variants of each norm; ``affine``
+``core``'s (pre-registration 2: paired differences, thresholds, shown / refuted /
+underpowered). Checkpoints: ``best`` seeds 0–2 of the Pre + residual variants of each norm; ``affine``
 seeds 0–2 for F19.
 
-- F15 streaming (``analyze decode``): evidence: naive and masked BN served at batch 1, token by
-  token with the KV cache and running statistics, worse than LN served the same way by
-  ``LOSS_MARGIN`` (inconclusive when BN and LN both sit at the plateau). Controls: every norm's
+- F15 streaming (``analyze decode``): evidence: the naive and masked BN *models* served at batch
+  1, token by token with the KV cache and running statistics (a fixed per-feature map), worse
+  than the LN model served the same way by ``LOSS_MARGIN`` (paired by seed) (inconclusive when BN and LN both sit at the plateau). Controls: every norm's
   request alone vs in a continuous batch below ``INVARIANT_MAX``; BN with batch statistics at
   batch 1 (each token normalised by itself: output β) at or above unigram − ``PLATEAU_MARGIN``.
 - F16 growing sequence (``analyze decode``): controls only ("checks only"): every norm's logits
@@ -29,14 +30,14 @@ import math
 import numpy as np
 
 from trainer.findings import ln
-from trainer.findings.claim import BN_NORMS, TOKEN_NORMS, Finding, line
+from trainer.findings.claim import BN_NORMS, TOKEN_NORMS, Finding, all_of, line
 from trainer.findings.core import GROUP, compare_losses, every_seed
 from trainer.findings.reference import Reference, seed_values
 from trainer.findings.thresholds import (DEPENDENT_MIN, EPSILONS, FORMULA_TOL, INVARIANT_MAX,
                                          LOSS_MARGIN, OFFSET, OFFSET_SPREAD, PLATEAU_MARGIN,
                                          PROBE_SAME_TOL, SCALE_PROBE_MARGIN, SPREAD_KEPT,
                                          SPREAD_LOST)
-from trainer.results.metrics import above, beyond
+from trainer.results.metrics import REFUTED, SHOWN, Judged, compare, threshold
 
 DECODE_CSV = "analysis/decode.csv"
 LN_BACKWARD_CSV = "analysis/ln_backward.csv"
@@ -53,16 +54,17 @@ def _decode(f, rows: list[dict], column: str, norms=NORMS) -> dict:
 def f15(ref: Reference) -> Finding:
     f = Finding("F15", """Served one token at a time with a KV cache, a request's logits do not
                     depend on the requests decoded beside it, BatchNorm cannot use batch
-                    statistics at batch 1, and BN served at batch 1 with its running statistics
-                    ends worse than LN served the same way""",
+                    statistics at batch 1, and a BN model served at batch 1 (with its running
+                    statistics: a fixed per-feature map, so the serving batch does not matter)
+                    predicts worse than an LN model served the same way""",
                 """`analyze decode`, final checkpoints of the best-rate Pre + residual runs: max
                     |Δ logits| of 4 requests (test prompts of different lengths, greedy) decoded
                     alone vs in a continuous batch of 2 rows (they wait, join, finish, refill);
                     next-token loss of 4 test windows fed token by token at batch 1 with the
                     cache (teacher forcing), with running statistics and, for BN, with batch
                     statistics over the one token""",
-                f"""`batch` or `masked_batch` served at batch 1 with running statistics not worse
-                    than `layer` by {LOSS_MARGIN} nats (every seed, separate intervals); a request
+                f"""the BN model (`batch` or `masked_batch`) served at batch 1 shown less than
+                    {LOSS_MARGIN} nats worse than the LN model (paired by seed); a request
                     moving by > {INVARIANT_MAX:g} in the batch, or BN with batch statistics below
                     unigram − {PLATEAU_MARGIN}, is a failed control""",
                 plot="analysis/decode.png")
@@ -82,7 +84,8 @@ def f15(ref: Reference) -> Finding:
                 for n, v in batch_stats.items()]
     f.lines.append(f"test tokens: unigram {base['unigram']:.4g}, bigram {base['bigram']:.4g} nats")
     for n in BN_NORMS:
-        compare_losses(f, ref, f"{n} served at batch 1 worse than LN", served[n], served["layer"])
+        compare_losses(f, ref, f"the {n} model served at batch 1 worse than the LN model",
+                       served[n], served["layer"])
     f.control("every norm: a request's logits do not depend on the batch (inference mode)",
               all(every_seed(v, INVARIANT_MAX, "below") for v in stream.values()))
     floor = base["unigram"] - PLATEAU_MARGIN
@@ -139,8 +142,8 @@ def f17(ref: Reference) -> Finding:
                 line("full formula, max error / max |grad| (worst block)", full, log=True),
                 line("‖x̂·mean(g⊙x̂)‖ / ‖g − mean(g)‖, the term the short formula drops (mean "
                      "over blocks)", share)]
-    shown = beyond(short, FORMULA_TOL, "below", log=True)
-    if not shown and every_seed(full, FORMULA_TOL, "below"):
+    shown = threshold(short, FORMULA_TOL, "below", log=True)
+    if shown.outcome != SHOWN and every_seed(full, FORMULA_TOL, "below"):
         f.lines.append("The short formula drops the term x̂·mean(g ⊙ x̂), which is not small on "
                        "a trained model's activations: the full formula (1/σ)(g − mean(g) − "
                        "x̂·mean(g ⊙ x̂)) is the right one.")
@@ -173,8 +176,10 @@ def f18(ref) -> Finding:
     f.lines.append("constant token: " + ", ".join(
         f"{name.get(m, m)} at ε = {e:g} → {ln.describe_output(y)}" for (m, e), y in constant.items()))
     f.evidence("the lab's LayerNorm keeps the offset token's spread and a constant token finite",
-               beyond(offset[lab], SPREAD_KEPT, "below", log=True)
-               and bool(np.isfinite(constant[lab]).all()))
+               all_of(threshold(offset[lab], SPREAD_KEPT, "below", log=True),
+                      Judged(SHOWN if np.isfinite(constant[lab]).all() else REFUTED,
+                             "constant token finite" if np.isfinite(constant[lab]).all()
+                             else "constant token not finite")))
     f.control("one-pass variance loses the offset token's spread at every ε",
               all(all(x > SPREAD_LOST for x in offset[("one-pass", e)].values())
                   for e in EPSILONS))
@@ -195,8 +200,8 @@ def f19(ref: Reference) -> Finding:
                     input, read from that LN's output; fitted on 48 test windows, scored on the
                     next 16; final checkpoints of Pre-LN + residual with γ/β (`best`) and without
                     (`affine`), each at its best rate; the same probe read from x̂ (before γ/β)""",
-                f"""R² with γ/β not above R² without by {SCALE_PROBE_MARGIN} (every seed,
-                    separate intervals); R² from x̂ differing from R² from γ⊙x̂ + β by more than
+                f"""R² with γ/β shown less than {SCALE_PROBE_MARGIN} above R² without (paired
+                    by seed); R² from x̂ differing from R² from γ⊙x̂ + β by more than
                     {PROBE_SAME_TOL:g} is a failed control""", plot="analysis/stream.png")
     rows = ref.analysis(f, STREAM_CSV)
     if rows and "scale_probe_r2" not in rows[0]:
@@ -214,8 +219,8 @@ def f19(ref: Reference) -> Finding:
     for a, name in (("true", "with γ/β"), ("false", "without γ/β")):
         f.lines += [line(f"R², {name}, from the LN output", r2[a]),
                     line(f"R², {name}, from x̂", xhat[a])]
-    f.evidence("the scale reads better with γ/β", above(r2["true"], r2["false"],
-                                                          SCALE_PROBE_MARGIN))
+    f.evidence("the scale reads better with γ/β", compare(r2["true"], r2["false"],
+                                                            SCALE_PROBE_MARGIN))
     f.control("γ/β add no per-token information: x̂ reads the same (every model, every seed)",
               all(_same(r2[a], xhat[a]) for a in r2))
     return f

@@ -21,6 +21,9 @@ from trainer.results.metrics import finite
 # any run of this reference (results/PREREGISTRATION.md); every run here was made after it.
 PREREGISTRATION = "results/PREREGISTRATION.md"
 PREREGISTRATION_COMMIT = "6702ad59bcfa5f981ffd6642c524151399062109"
+# Pre-registration 2 (issue #34): the statistics rule, DyT's recipe and the replication settings
+PREREGISTRATION_2 = "results/PREREGISTRATION-REPLICATION.md"
+PREREGISTRATION_2_COMMIT = "3b4fe0ea9c80d29644b5058336fa6d19c3588ce8"
 
 
 def all_claims() -> tuple:
@@ -92,7 +95,10 @@ def _provenance(ref, findings) -> list[str]:
     each analysis output a claim read and the commit it was made from."""
     lines = [f"Pre-registered in commit `{PREREGISTRATION_COMMIT[:12]}` ({PREREGISTRATION}): the "
              "design, the rules, every threshold and the inconclusive conditions, before any run "
-             "below.", ""]
+             "below.",
+             f"Pre-registration 2 in commit `{PREREGISTRATION_2_COMMIT[:12]}` ({PREREGISTRATION_2}): the "
+             "statistics rule, DyT's recipe sub-sweeps and the replication settings, before any of "
+             "their runs.", ""]
     if not ref.groups:
         lines.append("No reference runs yet.")
     else:
@@ -150,14 +156,20 @@ def render_page(ref, findings) -> str:
         "on the validation split; every verdict reads the test split, which no choice saw. ≥ 3 "
         "seeds per compared variant (≥ 5 for S, F3–F6, F11); a value reads mean ± 95 % "
         "t-interval [min, max] (per seed), maxima and ratios as geometric means with the interval "
-        "of their logarithms; a comparison shows only when it holds for every seed and the "
-        "intervals do not overlap, a threshold only when every seed and the whole interval clear "
-        "it. A part is *evidence* (✓ shows, ✗ does not, ? cannot be judged: its precondition "
-        "failed) or a *control* (holds by construction: a check that the implementation is what "
-        "it says, never counted). Verdict: *yes* when every evidence part shows, *partly* when "
-        "some do and some do not, *no* when none does, *inconclusive* when a control failed or "
-        "no part failed but some could not be judged, *checks only* for a claim with controls "
-        "alone.", "",
+        "of their logarithms. A part is *evidence* or a *control* (holds by construction: a check "
+        "that the implementation is what it says, never counted).", "",
+        f"Statistics ([pre-registration 2]({Path(PREREGISTRATION_2).name}), fixed before the "
+        "DyT-recipe and replication runs; the reference's own numbers were known when it was "
+        "written, so its verdicts here are re-readings, not tests): a comparison of two variants "
+        "reads their paired per-seed difference, a null (\"not worse\", \"does not need\", "
+        "\"holds\") a one-sided test at its margin. An evidence part is ✓ *shown* (every seed and "
+        "the 95 % interval on the claimed side of the margin), ✗ *refuted* (the interval wholly "
+        "on the other side), ~ *underpowered* (the interval straddles the margin: the data cannot "
+        "tell, which is not a no) or ? cannot be judged (its precondition failed). Verdict: *yes* "
+        "when every evidence part shows, *partly* when some show and some are refuted, *no* when "
+        "none shows and some are refuted, *inconclusive (underpowered)* when none is refuted and "
+        "some straddle, *inconclusive* when a control failed or a part could not be judged, "
+        "*checks only* for a claim with controls alone.", "",
         *lr.section(ref), "",
         "| id | claim | verdict | it would have been false if |", "|---|---|---|---|",
     ]

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from trainer.atomic import read_json
-from trainer.findings.thresholds import MIN_SEEDS
+from trainer.findings.thresholds import HEADLINE_SEEDS, MIN_SEEDS, REPLICATION_SEEDS
 from trainer.provenance import commit_label, read_stamp
 from trainer.rundir import CONFIG
 from trainer.results.baselines import FILE as BASELINES_FILE
@@ -38,14 +38,27 @@ class Reference:
     # chosen rate (verdicts, read on test).
     grids = ("lr", "depth_lr", "dyt_lr", "affine_lr")
 
-    def __init__(self, root: str | Path):
+    # The sub-sweeps a replication setting's design has (pre-registration 2); the reference has
+    # every sub-sweep its claims read.
+    replication_groups = ("lr", "best", "init")
+
+    def __init__(self, root: str | Path, setting: str = "reference"):
         self.root = Path(root)
+        self.setting = setting
+        # seeds the headline comparisons need: HEADLINE_SEEDS in the reference, the setting's
+        # REPLICATION_SEEDS in a replication setting
+        self.headline_seeds = REPLICATION_SEEDS.get(setting, HEADLINE_SEEDS)
         self.runs = load_runs(self.root) if self.root.is_dir() else []
         self.groups: dict[str, list] = {}
         self._values: dict[Path, dict] = {}
         for run in self.runs:
             self.groups.setdefault(Path(run.name).parts[0], []).append(run)
         self._by_name = {run.name: run for run in self.runs}
+
+    def designed(self, group: str) -> bool:
+        """Whether this setting's design has sub-sweep ``group`` (a part reading a group outside
+        it is not judged here: "not in this setting's design", never "not run")."""
+        return self.setting == "reference" or group in self.replication_groups
 
     def values(self, run) -> dict:
         """``_flat`` of ``run``, read once."""
@@ -86,6 +99,10 @@ class Reference:
     def num_layers(self, group: str) -> int:
         runs = self.groups.get(group) or self.runs
         return int(runs[0].cfg.model.num_layers) if runs else 1
+
+    def clip_norm(self, group: str) -> float:
+        runs = self.groups.get(group) or self.runs
+        return float(runs[0].cfg.train.clip_norm) if runs else float("nan")
 
     def pad_fraction(self, group: str) -> float:
         m = mean(finite(r.summary.get("pad_fraction")) for r in self.groups.get(group, []))
