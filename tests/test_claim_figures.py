@@ -8,6 +8,7 @@ legends these figures place beside their axes).
 from __future__ import annotations
 
 import csv
+import json
 import math
 import shutil
 from pathlib import Path
@@ -15,15 +16,17 @@ from pathlib import Path
 import pytest
 from matplotlib.collections import PathCollection
 from matplotlib.colors import to_hex
+from matplotlib.image import imread
 
-from tests.reference_fixture import BASELINES, build
+from tests.reference_fixture import BASELINES, build, write_run
 from tests.test_plots import _check_layout, _overlaps, _texts
 from trainer.analysis import grad_profile, padding
 from trainer.findings import dynamics, page
 from trainer.findings import figures as FG
 from trainer.findings import figures_best as FB
 from trainer.findings.reference import Reference
-from trainer.findings.thresholds import GAP_MIN, LOSS_MARGIN, POLLUTION_MIN
+from trainer.findings.thresholds import (EMBED_UNIT_SCALE, GAP_MIN, LOSS_MARGIN, POLLUTION_MIN,
+                                         SATURATED_MIN)
 from trainer.results import lr_sweep
 from trainer.results.lr_plot import write_lr_figure
 from trainer.results.palette import NORM_COLORS
@@ -224,3 +227,93 @@ def test_f6_shows_the_rate_grid_and_the_init_gradients_when_written(base, tmp_pa
     text = page.render_page(ref, [f6])
     section = text[text.index("## F6"):]
     assert section.index("lr_sensitivity.png") < section.index("![F6](reference/init/grad_profile.png)")
+
+
+# ---- F14 by DyT's recipe: sub-sweep ``dyt_recipe`` on a tiny tree of its own ---------------
+RECIPE = ["model.norm=dyt", f"model.embed_scale={EMBED_UNIT_SCALE}"]
+SAT_TAGS = ("probe/dyt_saturation/block_0", "probe/dyt_saturation/block_0/ffn",
+            "probe/dyt_saturation/block_1", "probe/dyt_saturation/block_1/ffn",
+            "probe/dyt_saturation/final")
+
+
+def _recipe_run(root: Path, alpha: float, seed: int, loss: float, peak: dict) -> None:
+    """One ``dyt_recipe`` run: saturation 0 everywhere at step 0, ``peak`` (tag -> value, the
+    others 0.01) at step 50, half of it at step 100."""
+    mid = {t: peak.get(t, 0.01) for t in SAT_TAGS}
+    evals = {0: dict.fromkeys(SAT_TAGS, 0.0), 50: mid, 100: {t: v / 2 for t, v in mid.items()}}
+    summary = ({"status": "diverged", "diverged_step": 60} if math.isinf(loss) else
+               {"status": "completed", "final_eval_loss": loss, "final_test_loss": loss})
+    write_run(root / "dyt_recipe" / f"dyt_alpha={alpha},seed={seed}",
+              [*RECIPE, f"model.dyt_alpha={alpha}", f"train.seed={seed}"], summary, {}, evals)
+    (root / "dyt_recipe" / "baselines.json").write_text(json.dumps(BASELINES))
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory) -> Path:
+    """α₀ 0.2 and 0.5 train (saturation peaks at an FFN / the final norm), 1.0 saturates its
+    attention DyT and one of its seeds diverges."""
+    root = tmp_path_factory.mktemp("recipe") / "reference"
+    for alpha, loss, tag, peak in ((0.2, 2.15, SAT_TAGS[1], 0.05), (0.5, 2.1, SAT_TAGS[4], 0.1),
+                                   (1.0, 3.1, SAT_TAGS[2], 0.8)):
+        for seed in (0, 1):
+            bad = alpha == 1.0 and seed == 1
+            _recipe_run(root, alpha, seed, math.inf if bad else loss + 0.01 * seed,
+                        {tag: peak + 0.01 * seed})
+    return root
+
+
+def test_dyt_recipe_values_are_the_runs_loss_and_most_saturated_dyt(recipe):
+    values = FG.dyt_recipe_values(Reference(recipe))
+    assert list(values) == [0.2, 0.5, 1.0]
+    assert values[0.5]["loss"] == {0: pytest.approx(2.1), 1: pytest.approx(2.11)}
+    assert values[1.0]["loss"] == {0: pytest.approx(3.1), 1: math.inf}
+    # max over every location (attention, FFN, final) at each evaluation step
+    assert values[0.2]["saturation"][1] == [(0, 0.0), (50, pytest.approx(0.06)),
+                                             (100, pytest.approx(0.03))]
+    assert values[0.5]["saturation"][0][1] == (50, pytest.approx(0.1))  # the final norm's
+    assert values[1.0]["saturation"][1][1] == (50, pytest.approx(0.81))
+
+
+def test_dyt_recipe_figure_draws_those_values_and_follows_a_changed_run(recipe, tmp_path):
+    root = tmp_path / "reference"
+    shutil.copytree(recipe, root)
+    fig = FG.dyt_recipe_saturation(Reference(root))
+    _check(fig)
+    loss_ax, sat_ax = fig.axes
+    assert sorted(_finite_offsets(loss_ax)) == pytest.approx(
+        sorted([2.15, 2.16, 2.1, 2.11, 3.1]))
+    assert sum(len(line.get_xdata()) == 1 and line.get_marker() == "x"
+               for line in loss_ax.get_lines()) == 1, "one diverged seed: one × at the top"
+    curves = sorted(tuple(line.get_ydata()) for line in sat_ax.get_lines()
+                    if len(line.get_xdata()) == 3)
+    assert len(curves) == 6 and max(max(c) for c in curves) == pytest.approx(0.81)
+    assert any(line.get_ydata()[0] == SATURATED_MIN for line in sat_ax.get_lines()
+               if len(line.get_xdata()) == 2)
+    # a changed run changes what is drawn: α₀ 0.2, seed 0's FFN saturation now peaks at 0.4
+    _recipe_run(root, 0.2, 0, 2.15, {SAT_TAGS[3]: 0.4})
+    values = FG.dyt_recipe_values(Reference(root))
+    assert values[0.2]["saturation"][0][1] == (50, pytest.approx(0.4))
+    sat_ax = FG.dyt_recipe_saturation(Reference(root)).axes[1]
+    assert max(max(line.get_ydata()) for line in sat_ax.get_lines()
+               if len(line.get_xdata()) == 3 and max(line.get_ydata()) < 0.5) == \
+        pytest.approx(0.4)
+
+
+def _finite_offsets(ax) -> list[float]:
+    return [float(y) for c in ax.collections if isinstance(c, PathCollection)
+            for _, y in c.get_offsets() if math.isfinite(y)]
+
+
+def test_dyt_recipe_figure_is_written_only_when_its_runs_are_there(recipe, tmp_path):
+    ref = Reference(recipe)
+    path = recipe / "dyt_recipe" / "plots" / "saturation.png"
+    assert "dyt_recipe/plots/saturation.png" in FG.FIGURES
+    assert path in FG.write_claim_figures(ref)
+    image = imread(path)
+    assert image.shape[0] > 300 and image.shape[1] > 1000 and image.std() > 0.01
+    empty = tmp_path / "reference"
+    _recipe_run(empty, 0.5, 0, 2.1, {})
+    shutil.rmtree(empty / "dyt_recipe" / "dyt_alpha=0.5,seed=0")  # the group without runs
+    write_run(empty / "best" / "norm=layer", ["model.norm=layer"], {"status": "completed"})
+    assert FG.dyt_recipe_saturation(Reference(empty)) is None
+    assert FG.dyt_recipe_values(Reference(empty)) == {}

@@ -9,9 +9,14 @@
 - ``ln_numbers.png`` (F13): the two example vectors before and after LayerNorm.
 - ``ln_epsilon.png`` (F18): the offset token's error per variance method and ε, and what
   each makes of the constant token.
-- ``saturation.png`` (F14): final test loss, and DyT saturation at step 0 (hollow) and at the
-  end (filled), vs initial α, seeds as points, mean as line, with the baselines and
-  ``SATURATED_MIN`` drawn in.
+- ``dyt/plots/saturation.png`` (the lab's DyT without its authors' recipe, F14's context):
+  final test loss, and DyT saturation at step 0 (hollow) and at the end (filled), vs initial α,
+  seeds as points, mean as line, with the baselines and ``SATURATED_MIN`` drawn in.
+- ``dyt_recipe/plots/saturation.png`` (F14, DyT by its authors' recipe): (a) final test loss per
+  initial α, seeds as points, mean ± 95 % interval, diverged seeds as × at the top, with the
+  baselines; (b) the most saturated DyT (max over every location: attention, FFN, final) at each
+  evaluation step, one thin line per seed, one colour per α, ``SATURATED_MIN`` dashed. The
+  numbers come from ``dyt_recipe_values``.
 - F2, F3, F5 (the claims judged on ``best``): ``figures_best``.
 
 Each function draws one figure from the reference and returns it, or None when the runs it
@@ -26,8 +31,8 @@ from pathlib import Path
 from trainer.atomic import save_figure, subplots
 from trainer.findings import figures_best
 from trainer.findings.core import GROUP
-from trainer.findings.figures_best import baseline_lines, figure
-from trainer.findings.thresholds import SATURATED_MIN
+from trainer.findings.figures_best import baseline_lines, figure, seeds_and_interval
+from trainer.findings.thresholds import EMBED_UNIT_SCALE, SATURATED_MIN
 from trainer.results.palette import NORM_COLORS, shades
 from trainer.results.plots import DPI
 
@@ -177,6 +182,90 @@ def saturation_by_alpha(ref):
     return fig
 
 
+SATURATION_PREFIX = "probe/dyt_saturation/"  # block_{i}, block_{i}/ffn, final
+
+
+def saturation_over_steps(run) -> list[tuple[int, float]]:
+    """(step, the largest saturation of any DyT of ``run`` at that evaluation): the max over
+    every ``probe/dyt_saturation/...`` eval curve (attention, FFN, final) that has a finite
+    value at the step; steps in order, [] without the probe."""
+    at: dict[int, float] = {}
+    for tag, curve in run.eval.items():
+        if not tag.startswith(SATURATION_PREFIX):
+            continue
+        for step, value in curve:
+            if value is not None and math.isfinite(value):
+                at[int(step)] = max(value, at.get(int(step), -math.inf))
+    return sorted(at.items())
+
+
+def dyt_recipe_values(ref) -> dict[float, dict]:
+    """What F14's recipe figure draws, from sub-sweep ``dyt_recipe`` (DyT with the embedding
+    scalar ``EMBED_UNIT_SCALE``, matched as ``Reference.select`` matches): initial α ->
+    {"loss": seed -> ``final_test_loss`` (inf: diverged, None: not recorded), "saturation":
+    seed -> ``saturation_over_steps``}; α and seeds in order, {} when there are no such runs."""
+    from trainer.results.metrics import final_test_loss
+
+    want = {"norm": "dyt", "embed_scale": str(EMBED_UNIT_SCALE).lower()}
+    runs = [r for r in ref.groups.get("dyt_recipe", [])
+            if all(ref.values(r).get(k) == v for k, v in want.items())]
+    out: dict[float, dict] = {}
+    for r in sorted(runs, key=lambda r: (float(ref.values(r)["dyt_alpha"]),
+                                         int(ref.values(r)["seed"]))):
+        a, seed = float(ref.values(r)["dyt_alpha"]), int(ref.values(r)["seed"])
+        at = out.setdefault(a, {"loss": {}, "saturation": {}})
+        at["loss"][seed] = final_test_loss(r)
+        at["saturation"][seed] = saturation_over_steps(r)
+    return out
+
+
+def dyt_recipe_saturation(ref):
+    """F14's figure for DyT by its authors' recipe (sub-sweep ``dyt_recipe``): (a) final test
+    loss per initial α with the test tokens' unigram/bigram lines, (b) the most saturated DyT
+    over training per seed against ``SATURATED_MIN``; None when the sub-sweep has no runs."""
+    values = dyt_recipe_values(ref)
+    if not values:
+        return None
+    alphas = list(values)
+    colors = dict(zip(alphas, shades(NORM_COLORS["dyt"], len(alphas))))
+    fig, (loss_ax, sat_ax) = subplots(1, 2, figsize=(14, 4.6), dpi=DPI, constrained_layout=True)
+    for x, a in enumerate(alphas):
+        seeds_and_interval(loss_ax, x, values[a]["loss"], colors[a])
+    baseline_lines(loss_ax, ref.baselines("dyt_recipe"))
+    loss_ax.scatter([], [], s=22, color="0.4", label="one seed")
+    loss_ax.errorbar([], [], yerr=[], fmt="D", color="0.4", capsize=4,
+                     label="mean ± 95 % interval")
+    loss_ax.plot([], [], "x", color="0.4", label="diverged seed (top)")
+    loss_ax.set_xticks(range(len(alphas)), [f"α₀ = {a:g}" for a in alphas])
+    loss_ax.set_xlim(-0.6, len(alphas) - 0.4)
+    loss_ax.margins(y=0.12)  # room above the baselines for a diverged seed's × at the top
+    loss_ax.set_xlabel("initial α (the same at every DyT)")
+    loss_ax.set_ylabel("final test loss (nats)")
+    loss_ax.set_title("(a) final test loss per initial α", loc="left")
+    loss_ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    drawn = set()
+    for a in alphas:
+        for curve in values[a]["saturation"].values():
+            if curve:
+                sat_ax.plot([s for s, _ in curve], [v for _, v in curve], color=colors[a], lw=1,
+                            label=None if a in drawn else f"α₀ = {a:g}, one line per seed")
+                drawn.add(a)
+    if not drawn:
+        sat_ax.text(0.5, 0.5, "no saturation probe recorded", ha="center", va="center",
+                    transform=sat_ax.transAxes, color="0.4")
+    sat_ax.axhline(SATURATED_MIN, color="k", ls="--", lw=1,
+                   label=f"saturated (≥ {SATURATED_MIN:g})")
+    sat_ax.set_ylim(-0.02, 1.02)
+    sat_ax.set_xlabel("training step")
+    sat_ax.set_ylabel("share of features in tanh's flat tails,\nmost saturated DyT")
+    sat_ax.set_title("(b) the most saturated DyT (attention, FFN, final) over training",
+                     loc="left")
+    sat_ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    fig.suptitle("F14: DyT by its authors' recipe — test loss and the most saturated DyT over "
+                 "training")
+    return fig
+
+
 def ln_numbers():
     """F13's figure: each example vector before and after the lab's LayerNorm."""
     import numpy as np
@@ -233,6 +322,7 @@ def ln_epsilon():
 FIGURES = {f"{GROUP}/plots/collapse_by_depth.png": collapse_by_depth,
            "depth/plots/loss_by_depth.png": loss_by_depth,
            "dyt/plots/saturation.png": saturation_by_alpha,
+           "dyt_recipe/plots/saturation.png": dyt_recipe_saturation,
            "analysis/ln_numbers.png": lambda ref: ln_numbers() if ref.runs else None,
            "analysis/ln_epsilon.png": lambda ref: ln_epsilon() if ref.runs else None,
            **figures_best.FIGURES}
