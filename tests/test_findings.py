@@ -359,9 +359,8 @@ def test_committed_findings_are_generated_from_the_committed_runs(monkeypatch):
     reads, real = Counter(), run_module.read_scalars
     monkeypatch.setattr(run_module, "read_scalars", lambda d: reads.update([str(d)]) or real(d))
     root = Path(__file__).resolve().parents[1] / "results"
-    ref = Reference(root / "reference")
-    found = P.measure(ref)
-    assert P.render_page(ref, found) == (root / "README.md").read_text()
+    text, found = P.compose(Reference(root / "reference"))
+    assert text == (root / "README.md").read_text()
     assert max(reads.values(), default=1) == 1
     # every verdict that differs from the archived page says why, and no reason is stale
     assert history.changed(found, history.archived_verdicts(root)) == set(history.WHY)

@@ -12,6 +12,7 @@ package's ``thresholds`` imports them under the same names.
 - ``lr``: the learning-rate table (best rate and sensitivity per variant);
 - ``page``: results/README.md; ``figures``, ``figures_best``: the claims' own figures;
   ``history``: each verdict against the archived page's, with the reason it changed;
-- ``recipes``: each variant against its source paper and code, the lab's deviations and why
-  (a table the page does not render yet).
+- ``recipes``: each variant against its source paper and code, the lab's deviations and why;
+- ``replication``: the claims judged in every setting of pre-registration 2, the claim ×
+  setting table, each setting's headline variants, "What we found"; ``headline``: its figure.
 """

@@ -37,6 +37,11 @@ WHY = {
     "F11": """"Pre-LN holds with depth" is a null now (one-sided, paired): its interval straddles
         the margin; no norm's gap growth and the 12-block comparison with no norm straddle theirs
         too: underpowered, where the first rule read them as failing""",
+    "F14": """DyT now runs by its authors' recipe (a learnable embedding scalar, the stream at
+        std 1 at init): the α chosen on validation (0.5) trains on two seeds of three and stays
+        at the plateau on the third, so "trains" and "matches Pre-LN" straddle their margins;
+        α 1.0 trains on every seed (2.33) but 0.26 nats behind Pre-LN. Without the recipe no α
+        left the plateau (the archived page's "inconclusive")""",
     "F15": """it compares the BN model with the LN model served at batch 1 (BN's running
         statistics make the serving batch irrelevant); the paired intervals for naive BN (+0.143,
         95 % −0.040 … +0.326) and masked BN straddle the margin at 3 seeds: underpowered""",

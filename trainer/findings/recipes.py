@@ -1,6 +1,6 @@
 """Each variant against its source (#34, FINDINGS "A faithful method"): the paper, its code where
 public, what the lab follows and every deviation with its reason, as data (``RECIPES``) and as a
-markdown table (``recipes_table``). Not on the page yet: ``page`` will render it.
+markdown table (``recipes_table``), which ``page`` renders under "Recipes".
 
 Read against the authors' code where it is public (file and line cited) and against
 ``trainer/models`` (norms.py, block.py, lm.py) and the reference training setup
