@@ -52,12 +52,17 @@ def test_f18_as_shipped_the_lab_layer_keeps_the_spread_and_every_check_holds():
 
 
 def test_f18_a_one_pass_lab_layer_loses_the_spread(monkeypatch):
-    """The evidence part can fail: a LayerNorm computing E[x²] − E[x]² in float32 loses it."""
+    """The evidence part can fail: a LayerNorm computing E[x²] − E[x]² in float32 loses it. Its
+    error is above the tolerance on every seed (2.0, 831, 2.1 against 0.01), but three heavy-
+    tailed values give a geometric interval reaching below it, so by pre-registration 2's rule
+    the part is underpowered, not refuted: never shown, and the claim never reads "yes"."""
     from trainer.findings import inference
 
     monkeypatch.setattr(L, "lab_layer_norm", lambda x: (L.numpy_ln(x, 1e-5, "one-pass"), 1e-5))
     f = inference.f18(None)
-    assert f.verdict == "no" and [p.shown for p in f.parts if not p.control] == [False]
+    (part,) = [p for p in f.parts if not p.control]
+    assert part.shown is not True and part.underpowered
+    assert f.verdict == "inconclusive (underpowered)"
 
 
 def test_f18_without_an_offset_the_one_pass_check_fails(monkeypatch):
