@@ -11,16 +11,9 @@
 #         small_batch init analysis findings
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_python.sh"
-parts=() args=()
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --parallel) args+=(--parallel "$2"); shift 2 ;;
-    *) parts+=("$1"); shift ;;
-  esac
-done
-[[ ${#args[@]} -eq 0 ]] && args=(--parallel 2)
-[[ ${#parts[@]} -eq 0 ]] && parts=(lr_a lr_b lr_c best_a best_b depth_lr depth dyt_lr dyt affine_lr
-                                   affine pad_to_max small_batch init analysis findings)
+all_parts=(lr_a lr_b lr_c best_a best_b depth_lr depth dyt_lr dyt affine_lr affine pad_to_max
+           small_batch init analysis findings)
+source scripts/_parts.sh "$@"  # after _python.sh: the cwd is the repository root
 out=results/reference
 specs=configs/sweeps/reference
 for part in "${parts[@]}"; do

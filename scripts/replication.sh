@@ -10,16 +10,9 @@
 #         wide)  findings
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_python.sh"
-parts=() args=()
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --parallel) args+=(--parallel "$2"); shift 2 ;;
-    *) parts+=("$1"); shift ;;
-  esac
-done
-[[ ${#args[@]} -eq 0 ]] && args=(--parallel 2)
-[[ ${#parts[@]} -eq 0 ]] && parts=(dyt_recipe_lr dyt_recipe python_lr python_best python_init
-                                   long_lr long_best long_init wide_lr wide_best wide_init findings)
+all_parts=(dyt_recipe_lr dyt_recipe python_lr python_best python_init long_lr long_best long_init
+           wide_lr wide_best wide_init findings)
+source scripts/_parts.sh "$@"  # after _python.sh: the cwd is the repository root
 specs=configs/sweeps/replication
 sweep() { "$PYTHON" -m trainer sweep --config "$1" --out "$2" "${args[@]}"; }
 for part in "${parts[@]}"; do

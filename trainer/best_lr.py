@@ -94,11 +94,6 @@ def _source_runs(best: BestLR) -> list:
     return runs
 
 
-def best_rate(best: BestLR, runs, cfg, name: str) -> float:
-    """The best rate of the source ``runs`` whose ``match`` values are ``cfg``'s."""
-    return best_curve(best, runs, cfg, name).best_lr
-
-
 def best_curve(best: BestLR, runs, cfg, name: str):
     """The loss-vs-rate curve (``lr_sweep.LRVariant``) of the source ``runs`` whose ``match``
     values are ``cfg``'s; it has a best rate."""

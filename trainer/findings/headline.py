@@ -34,12 +34,10 @@ PANEL = (4.2, 5.2)  # inches per setting: ten rotated variant names under each p
 
 
 def variant_runs(ref, want: dict) -> list:
-    """The runs matching ``want`` (model/train keys; values compared as ``str(v).lower()``, as
-    ``Reference.select`` does) in the first of the variant's groups that holds any, by seed."""
-    want = {k: str(v).lower() for k, v in want.items()}
-    for group in GROUPS.get(want.get("norm"), (GROUP,)):
-        found = [r for r in ref.groups.get(group, [])
-                 if all(ref.values(r).get(k) == v for k, v in want.items())]
+    """The runs matching ``want`` (``Reference.matching``) in the first of the variant's groups
+    that holds any, by seed."""
+    for group in GROUPS.get(str(want.get("norm")).lower(), (GROUP,)):
+        found = ref.matching(group, **want)
         if found:
             return sorted(found, key=lambda r: int(ref.values(r)["seed"]))
     return []

@@ -66,14 +66,19 @@ class Reference:
             self._values[run.path] = _flat(run.path)
         return self._values[run.path]
 
-    def select(self, finding, group: str, **want) -> list:
-        """Runs of sub-sweep ``group`` whose config matches ``want`` (model/data/train keys);
-        records a missing entry on ``finding`` when there are none."""
+    def matching(self, group: str, **want) -> list:
+        """Runs of sub-sweep ``group`` whose config matches ``want`` (model/data/train keys,
+        values compared as lower-case strings)."""
         want = {k: str(v).lower() for k, v in want.items()}
-        found = [r for r in self.groups.get(group, [])
-                 if all(self.values(r).get(k) == v for k, v in want.items())]
+        return [r for r in self.groups.get(group, [])
+                if all(self.values(r).get(k) == v for k, v in want.items())]
+
+    def select(self, finding, group: str, **want) -> list:
+        """``matching``, recording a missing entry on ``finding`` when there are none."""
+        found = self.matching(group, **want)
         if not found:
-            finding.missing.append(f"{group}: {_describe(want)}")
+            shown = {k: str(v).lower() for k, v in want.items()}
+            finding.missing.append(f"{group}: {_describe(shown)}")
         return found
 
     def per_seed(self, finding, group: str, fn, seeds: int = MIN_SEEDS, **want) -> dict:

@@ -70,18 +70,12 @@ def table(judged: dict, names: list[str]) -> list[str]:
     return lines
 
 
-def _matches(ref: Reference, run, want: dict) -> bool:
-    values = ref.values(run)
-    return all(values.get(k) == str(v).lower() for k, v in want.items())
-
-
 def loss_rows(ref: Reference) -> list[dict]:
     """Per headline variant: its best rate, test loss per seed and its interval, its rank by
     best validation loss in the setting's grid, its LR sensitivity over the rates tried."""
     grid = {}
     for name, want in HEADLINE_VARIANTS.items():
-        runs = [r for g in ("lr", "dyt_recipe_lr") for r in ref.groups.get(g, [])
-                if _matches(ref, r, want)]
+        runs = [r for g in ("lr", "dyt_recipe_lr") for r in ref.matching(g, **want)]
         found = lr_sweep.lr_variants(runs) if runs else []
         grid[name] = found[0] if len(found) == 1 else None
     ranked = sorted((v.best_loss, n) for n, v in grid.items() if v and v.best_loss is not None)
