@@ -7,11 +7,12 @@
 #
 # Usage: scripts/replication.sh [PART ...] [--parallel N]     (default: every part, --parallel 2)
 #   PART: dyt_recipe_lr dyt_recipe  SETTING_lr SETTING_best SETTING_init (SETTING: python long
-#         wide)  findings
+#         wide)  extra_reference extra_python (pre-registration 2's extra seeds, once the
+#         setting's own parts are done)  findings
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_python.sh"
-all_parts=(dyt_recipe_lr dyt_recipe python_lr python_best python_init long_lr long_best long_init
-           wide_lr wide_best wide_init findings)
+all_parts=(dyt_recipe_lr dyt_recipe python_lr python_best python_init extra_reference extra_python
+           long_lr long_best long_init wide_lr wide_best wide_init findings)
 source scripts/_parts.sh "$@"  # after _python.sh: the cwd is the repository root
 specs=configs/sweeps/replication
 sweep() { "$PYTHON" -m trainer sweep --config "$1" --out "$2" "${args[@]}"; }
@@ -32,6 +33,10 @@ for part in "${parts[@]}"; do
       s=${part%_init}
       "$PYTHON" -m trainer analyze grad-profile --config "configs/settings/$s.yaml" \
         --out "results/replication/$s/init" ;;
+    extra_reference)
+      "$PYTHON" -m trainer extra-seeds results/reference "${args[@]}" ;;
+    extra_python)
+      "$PYTHON" -m trainer extra-seeds results/replication/python "${args[@]}" ;;
     findings)
       "$PYTHON" -m trainer findings results/reference > /dev/null && echo "wrote results/README.md" ;;
     *) echo "error: unknown part '$part'" >&2; exit 2 ;;

@@ -118,6 +118,18 @@ def _findings(args) -> int:
     return findings_main([args.results_dir])
 
 
+def _extra_seeds_arguments(p) -> None:
+    from trainer.findings.extra import add_arguments
+
+    add_arguments(p)
+
+
+def _extra_seeds(args) -> int:
+    from trainer.findings.extra import run
+
+    return run(args)
+
+
 def _analyze(args) -> int:
     import importlib
 
@@ -183,6 +195,8 @@ COMMANDS = {c.name: c for c in (
     Command("findings", "measure the claims on reference results -> README",
             lambda p: p.add_argument("results_dir", nargs="?", default="results/reference"),
             _findings),
+    Command("extra-seeds", "pre-registration 2's extra seeds for a setting's underpowered "
+            "parts (runs them)", _extra_seeds_arguments, _extra_seeds),
     Command("analyze", "an analysis over models or checkpoints; KIND --help for more",
             lambda p: (p.add_argument("kind", metavar="KIND", help=", ".join(ANALYSES)),
                        p.add_argument("args", nargs=argparse.REMAINDER,

@@ -54,6 +54,7 @@ class Variant:
     name: str  # run directory name, derived from the grid overrides
     overrides: list[str]  # spec overrides + grid overrides + seed
     copy_from: Optional[Path] = None  # best_lr reuse: an earlier run of this config, copied
+    base: Optional[Path] = None  # its own base config (default: the sweep's)
 
 
 def _fmt(value: Any) -> str:
@@ -177,9 +178,7 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     Variants another live process is writing are waited for (up to ``wait_limit_s``), or
     left to it when ``wait`` is false; the table is written once every variant has ended.
     """
-    from trainer import launch as lc
-    from trainer.data import prepare
-    from trainer.faults import Stopped, writing
+    from trainer.faults import writing
     from trainer.results.summarize import summarize
 
     spec, base = load_spec(spec_path)
@@ -190,9 +189,30 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
         print(note, flush=True)
     root.mkdir(parents=True, exist_ok=True)
     _hparams_config(root, spec)
-    prepare(configs[0].data)  # build the dataset/tokenizer cache once, not in N processes
+    ended = run_variants(root, name, base, variants, configs, parallel, extra, launcher, wait,
+                         wait_limit_s, reuse, spec.launcher_params)
+    with writing("sweep tables", root):
+        summarize(root)
+    if ended["failed"]:
+        raise SweepFailed(f"{len(ended['failed'])} variant(s) failed: "
+                           f"{', '.join(ended['failed'])}")
+    return root
 
-    commands = [[sys.executable, "-m", "trainer", "train", "--config", str(base),
+
+def run_variants(root: Path, name: str, base: Path, variants: list[Variant], configs: list,
+                 parallel: int = 1, extra=(), launcher: str = "local", wait: bool = True,
+                 wait_limit_s: float = 24 * 3600, reuse: bool = True,
+                 launcher_params: dict | None = None) -> dict[str, list[str]]:
+    """Run ``variants`` (with their loaded ``configs``), one directory each under ``root``: copies first
+    (``copy_from``), then every variant not finished (``launch.run_all``; the arguments as
+    ``run_sweep``'s). Returns the variant names by outcome; raises ``Stopped`` when some did
+    not end (pre-empted, or still running elsewhere)."""
+    from trainer import launch as lc
+    from trainer.data import prepare
+    from trainer.faults import Stopped
+
+    prepare(configs[0].data)  # build the dataset/tokenizer cache once, not in N processes
+    commands = [[sys.executable, "-m", "trainer", "train", "--config", str(v.base or base),
                  "--workdir", str(root / v.name), *v.overrides, *extra,
                  *(["--quiet"] if parallel > 1 or launcher != "local" else [])]
                 for v in variants]
@@ -202,7 +222,7 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
         todo = [commands[i] for i in indices]
         if launcher == "local":
             return lc.run_local(todo, parallel, desc=f"sweep {name}", reuse=reuse)
-        return lc.job_codes(lc.submit_jobs(todo, root, cluster, spec.launcher_params))
+        return lc.job_codes(lc.submit_jobs(todo, root, cluster, launcher_params or {}))
 
     for v in variants:  # best_lr reuse: the grid's run of this config is this variant's run
         if v.copy_from is not None and not (root / v.name).exists():
@@ -217,9 +237,4 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
                          f"({', '.join(ended['elsewhere'])})")
         raise Stopped(f"sweep {name} stopped: {'; '.join(parts)}; rerun the same command to "
                       f"resume and write the tables")
-    with writing("sweep tables", root):
-        summarize(root)
-    if ended["failed"]:
-        raise SweepFailed(f"{len(ended['failed'])} variant(s) failed: "
-                           f"{', '.join(ended['failed'])}")
-    return root
+    return ended

@@ -14,5 +14,7 @@ package's ``thresholds`` imports them under the same names.
   ``history``: each verdict against the archived page's, with the reason it changed;
 - ``recipes``: each variant against its source paper and code, the lab's deviations and why;
 - ``replication``: the claims judged in every setting of pre-registration 2, the claim ×
-  setting table, each setting's headline variants, "What we found"; ``headline``: its figure.
+  setting table, each setting's headline variants, "What we found"; ``headline``: its figure;
+- ``extra``: pre-registration 2's extra seeds for underpowered parts (the plan, the
+  ``extra-seeds`` command, each claim judged with them).
 """

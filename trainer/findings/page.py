@@ -10,11 +10,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from trainer.atomic import write_text
-from trainer.findings import (batch, core, depth, dynamics, history, inference, ln, lr, recipes,
-                              replication, stream)
+from trainer.atomic import read_json, write_text
+from trainer.findings import (batch, core, depth, dynamics, extra, history, inference, ln, lr,
+                              recipes, replication, stream)
 from trainer.findings.claim import VERDICTS, Finding
-from trainer.findings.reference import Reference
+from trainer.findings.reference import EXTRA, Reference
 from trainer.findings.thresholds import SETTINGS
 from trainer.results import baselines as bl
 from trainer.results.metrics import finite
@@ -45,7 +45,7 @@ def compose(ref: Reference) -> tuple[str, list[Finding]]:
 
 def measure(ref: Reference) -> list[Finding]:
     """Every claim measured, in page order: S, then F1, F2, … by number."""
-    return sorted((claim(ref) for claim in all_claims()),
+    return sorted((extra.judged(claim, ref) for claim in all_claims()),
                   key=lambda f: -1 if f.id == "S" else int(f.id.lstrip("F")))
 
 
@@ -61,6 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     write_text(root.parent / "README.md", text)
     print(text)
     return 0
+
+
+def _extra_seeds(ref: Reference) -> str:
+    """The extra-seed rule, and where this reference stands with it."""
+    rule = ("A part that reads underpowered at the pre-registered seeds gets the variants it "
+            "reads run up to 10 seeds, once (reference and python settings), and is judged again "
+            "on all of them; decided parts keep their judgement.")
+    plan = read_json(ref.root / EXTRA / extra.PLAN_FILE)
+    if not plan:
+        return rule + " No extra seeds have been run here yet."
+    return (rule + f" Here: {len(plan['parts'])} part(s), {len(plan['runs'])} new run(s) "
+            f"(`{EXTRA}/`, plan in `{EXTRA}/{extra.PLAN_FILE}`); a re-judged part's statistic "
+            "says \"with the extra seeds\" and gives the pre-registered seeds' beside it.")
 
 
 def _setting(ref) -> str:
@@ -218,7 +231,7 @@ def render_page(ref, findings, replicated=None) -> str:
         "when every evidence part shows, *partly* when some show and some are refuted, *no* when "
         "none shows and some are refuted, *inconclusive (underpowered)* when none is refuted and "
         "some straddle, *inconclusive* when a control failed or a part could not be judged, "
-        "*checks only* for a claim with controls alone.", "",
+        "*checks only* for a claim with controls alone. " + _extra_seeds(ref), "",
         *lr.section(ref), "",
         "| id | claim | verdict | it would have been false if |", "|---|---|---|---|",
     ]

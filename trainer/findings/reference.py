@@ -8,6 +8,7 @@ reference still renders, with "not run" where its runs are absent.
 
 from __future__ import annotations
 
+import copy
 import csv
 from pathlib import Path
 
@@ -22,6 +23,11 @@ from trainer.results.metrics import finite, mean
 from trainer.results.run import load_runs
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+# Pre-registration 2's extra seeds (trainer/findings/extra.py) live under ROOT/extra/, which
+# mirrors ROOT: extra/GROUP/RUN are more seeds of GROUP's variants, extra/RELPATH analysis rows
+# of the runs RELPATH did not cover.
+EXTRA = "extra"
 
 
 def _flat(path: Path) -> dict:
@@ -54,6 +60,24 @@ class Reference:
         for run in self.runs:
             self.groups.setdefault(Path(run.name).parts[0], []).append(run)
         self._by_name = {run.name: run for run in self.runs}
+        self.extra = False  # with_extra(): the extra seeds read as part of their groups
+
+    def has_extra(self) -> bool:
+        return (self.root / EXTRA).is_dir()
+
+    def with_extra(self) -> "Reference":
+        """This reference with its extra seeds: each run under ``extra/GROUP`` joins ``GROUP``
+        (and is found by ``GROUP/RUN`` in analysis stamps), each analysis CSV gains the rows of
+        its ``extra/`` copy."""
+        other = copy.copy(self)
+        other.extra = True
+        other.groups = {g: list(runs) for g, runs in self.groups.items() if g != EXTRA}
+        other._by_name = dict(self._by_name)
+        for run in self.groups.get(EXTRA, []):
+            parts = Path(run.name).parts
+            other.groups.setdefault(parts[1], []).append(run)
+            other._by_name["/".join(parts[1:])] = run
+        return other
 
     def designed(self, group: str) -> bool:
         """Whether this setting's design has sub-sweep ``group`` (a part reading a group outside
@@ -115,17 +139,25 @@ class Reference:
 
     def grad_profile(self, finding, group: str) -> dict:
         """``group/grad_profile.csv`` (``analyze grad-profile``): init -> placement -> seed -> ratio."""
-        path = self.root / group / "grad_profile.csv"
-        if not path.is_file():
-            finding.missing.append(f"{group}/grad_profile.csv")
+        relpath = f"{group}/grad_profile.csv"
+        if not (self.root / relpath).is_file():
+            finding.missing.append(relpath)
             return {}
-        finding.files.append(f"{group}/grad_profile.csv")
+        finding.files.append(relpath)
         out: dict = {}
-        with open(path, newline="") as fh:
-            for row in csv.DictReader(fh):
-                out.setdefault(row["init"], {}).setdefault(row["placement"], {})[
-                    int(row["seed"])] = float(row["last_over_first"])
+        for row in self._rows(relpath):
+            out.setdefault(row["init"], {}).setdefault(row["placement"], {})[
+                int(row["seed"])] = float(row["last_over_first"])
         return out
+
+    def _rows(self, relpath: str) -> list[dict]:
+        """The rows of an analysis CSV under the root, plus (``with_extra``) its extra copy's."""
+        rows = []
+        for path in (self.root / relpath, *((self.root / EXTRA / relpath,) if self.extra else ())):
+            if path.is_file():
+                with open(path, newline="") as fh:
+                    rows += list(csv.DictReader(fh))
+        return rows
 
     def analysis(self, finding, relpath: str) -> list[dict]:
         """Rows of an analysis CSV under the reference root (``analyze … --out``)."""
@@ -136,8 +168,7 @@ class Reference:
         finding.files.append(relpath)
         for run in self._runs_read(path):  # for the setting line: the runs it read, their rates
             finding.used.setdefault(Path(run.name).parts[0], []).append(run)
-        with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
+        rows = self._rows(relpath)
         for row in rows:
             row["seed"] = int(row["seed"])
         return rows

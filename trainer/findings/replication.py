@@ -13,6 +13,7 @@ from __future__ import annotations
 
 
 from trainer.findings.claim import VERDICTS, Finding
+from trainer.findings.extra import judged
 from trainer.findings.headline import variant_runs
 from trainer.findings.reference import Reference
 from trainer.findings.thresholds import HEADLINE_VARIANTS, REPLICATED, REPLICATION_SEEDS, SETTINGS
@@ -41,7 +42,7 @@ def judge(refs: dict[str, Reference], reference: list[Finding], claims) -> dict:
         if setting == "reference":
             continue
         for cid in REPLICATED:
-            by_id[cid][setting] = fns[cid](ref)
+            by_id[cid][setting] = judged(fns[cid], ref)
     return by_id
 
 

@@ -1,0 +1,169 @@
+"""Pre-registration 2's extra seeds (``trainer/findings/extra.py``): every part the statistics
+rule judges has its variants defined in the plan; the plan asks seeds up to ``MAX_SEEDS`` for the
+underpowered parts only, once; with the extra runs in place only the underpowered parts are
+judged again (a decided part keeps its judgement whatever the new seeds say); and the runner
+trains a new seed from its seed-0 run's own config.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from tests.conftest import train_runs
+from tests.reference_fixture import build, changing
+from trainer.config import ConfigError, load_config
+from trainer.findings import core
+from trainer.findings import extra as X
+from trainer.findings import page as P
+from trainer.findings.claim import BN_NORMS
+from trainer.findings.reference import EXTRA, Reference
+from trainer.findings.thresholds import HEADLINE_SEEDS, MAX_SEEDS
+
+BEST = "norm={},residual=true,placement=pre,warmup_steps=50"
+# F3's bucketed part underpowered at the pre-registered seeds: seed 4 has masked BN worse
+MASKED_SEED_4_WORSE = changing("best", lambda k: k == (("masked_batch", "true", "pre", 50), 4),
+                               precise=2.6)
+# ... and underpowered with every seed on the claimed side: masked BN better by 0.06 on seeds
+# 0-3 and by 0.2 on seed 4, a 95 % interval that reaches below the 0.05 margin
+MASKED_BARELY_BETTER = changing("best", lambda k: k[0] == ("masked_batch", "true", "pre", 50)
+                                and k[1] < 4, precise=2.44)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("extra") / "reference"
+    build(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def healthy(base):
+    return P.measure(Reference(base))
+
+
+def test_every_part_the_statistics_rule_judges_has_its_variants_in_the_plan(base, healthy):
+    ref = Reference(base)
+    judged = [(f.id, p.text) for f in healthy for p in f.parts if not p.control and p.stat]
+    assert len(judged) > 25
+    for claim, text in judged:
+        need = X.needs(ref, claim, text)
+        assert need is not None, (claim, text)
+        for group, want in need.variants:
+            assert X._variant(ref, group, want), (claim, group, want)  # one variant, not several
+        for relpath in need.analyses:
+            assert (base / relpath).is_file(), relpath
+    # and no entry is stale: each names a part some claim has
+    for claim, start in X.PLAN:
+        assert any(c == claim and t.startswith(start) for c, t in judged), (claim, start)
+
+
+def test_a_filter_that_finds_several_variants_or_none_is_one_error(base):
+    ref = Reference(base)
+    with pytest.raises(ConfigError, match="variants"):
+        X._variant(ref, "best", {"norm": "layer"})  # Pre and Post, with and without warm-up
+    with pytest.raises(ConfigError, match="no run"):
+        X._variant(ref, "best", {"norm": "nonesuch"})
+
+
+def test_the_plan_asks_ten_seeds_for_the_underpowered_parts_only(base, tmp_path):
+    ref = build(tmp_path / "reference", MASKED_SEED_4_WORSE, base=base)
+    plan = X.make_plan(ref)
+    assert [(p["claim"], p["part"]) for p in plan.parts] == [("F3", "masked BN ends better")]
+    assert set(plan.runs) == {f"best/{BEST.format(n)},seed={s}" for n in BN_NORMS
+                              for s in range(HEADLINE_SEEDS, MAX_SEEDS)}
+    assert set(plan.runs.values()) == {f"best/{BEST.format(n)}" for n in BN_NORMS}  # seed 0
+    assert plan.analyses == {}
+
+
+def test_an_underpowered_part_without_a_plan_entry_stops_the_command(base, tmp_path,
+                                                                       monkeypatch):
+    ref = build(tmp_path / "reference", MASKED_SEED_4_WORSE, base=base)
+    monkeypatch.setattr(X, "PLAN", {k: v for k, v in X.PLAN.items() if k[0] != "F3"})
+    with pytest.raises(ConfigError, match="F3's part 'masked BN ends better'"):
+        X.make_plan(ref)
+
+
+def test_extra_seeds_are_added_once(tmp_path):
+    one = X.Plan(parts=[{"claim": "F3"}], runs={"best/a,seed=5": "best/a"})
+    X._check_plan(tmp_path, one)
+    X._check_plan(tmp_path, one)  # resuming the same plan
+    assert json.loads((tmp_path / EXTRA / X.PLAN_FILE).read_text())["runs"] == one.runs
+    with pytest.raises(ConfigError, match="once"):
+        X._check_plan(tmp_path, X.Plan(parts=[{"claim": "F3"}], runs={"best/a,seed=6": "best/a"}))
+
+
+def _extra_run(root: Path, group: str, name: str, seed: int, **summary) -> None:
+    """A copy of ``group/name`` as seed ``seed`` under ``extra/``, its summary numbers changed."""
+    out = root / EXTRA / group / f"{name},seed={seed}"
+    shutil.copytree(root / group / name, out)
+    cfg = yaml.safe_load((out / "config.yaml").read_text())
+    cfg["train"]["seed"] = seed
+    (out / "config.yaml").write_text(yaml.safe_dump(cfg))
+    data = json.loads((out / "summary.json").read_text())
+    (out / "summary.json").write_text(json.dumps({**data, **summary}))
+
+
+def test_extra_seeds_rejudge_the_underpowered_part_and_leave_the_decided_one(base, tmp_path):
+    root = tmp_path / "reference"
+    ref = build(root, MASKED_BARELY_BETTER, base=base)
+    first = core.f3(ref)
+    assert [p.mark for p in first.parts] == ["~", "✓"]
+    for seed in range(HEADLINE_SEEDS, MAX_SEEDS):  # masked BN better by 0.2 on every new seed
+        for norm, loss in (("batch", 2.5), ("masked_batch", 2.3)):
+            _extra_run(root, "best", BEST.format(norm), seed, final_test_loss_precise_bn=loss)
+        # pad-to-max seeds that would refute its (decided) part if they were read
+        for norm, loss in (("batch", 2.0), ("masked_batch", 2.6)):
+            _extra_run(root, "pad_to_max", f"norm={norm}", seed, final_test_loss_precise_bn=loss)
+    again = X.judged(core.f3, Reference(root))
+    assert [p.mark for p in again.parts] == ["✓", "✓"]
+    assert again.verdict == "yes"
+    assert "n = 10" in again.parts[0].stat and first.parts[0].stat in again.parts[0].stat
+    assert again.parts[1] == first.parts[1]  # decided at the pre-registered seeds: kept
+
+
+def test_a_seed_against_the_claim_keeps_the_part_underpowered_at_any_seed_count(base, tmp_path):
+    """Shown needs every seed on the claimed side (the all-seeds rule, the stricter one): ten
+    seeds that agree with the claim cannot outvote the one that does not."""
+    root = tmp_path / "reference"
+    build(root, MASKED_SEED_4_WORSE, base=base)
+    for seed in range(HEADLINE_SEEDS, MAX_SEEDS):
+        for norm, loss in (("batch", 2.5), ("masked_batch", 2.3)):
+            _extra_run(root, "best", BEST.format(norm), seed, final_test_loss_precise_bn=loss)
+    again = X.judged(core.f3, Reference(root))
+    assert again.parts[0].mark == "~" and "n = 10" in again.parts[0].stat
+    assert again.verdict == "inconclusive (underpowered)"
+
+
+def test_without_extra_runs_a_claim_is_judged_as_before(base):
+    ref = Reference(base)
+    assert not ref.has_extra()
+    assert X.judged(core.f3, ref).parts == core.f3(ref).parts
+
+
+@pytest.mark.slow
+def test_a_new_seed_trains_from_its_seed_zero_runs_config(tmp_path):
+    """The runner (real training, tiny model): the new run's config is its seed-0 run's with
+    only the seed changed; rerunning skips it."""
+    root = tmp_path / "reference"
+    train_runs(root / "best", {"norm=layer": ["runtime.xla=false", "train.lr=0.002"]})
+    ref = Reference(root)
+    plan = X.Plan(parts=[{"claim": "S"}], runs={"best/norm=layer,seed=3": "best/norm=layer"})
+    X.run_plan(ref, plan, parallel=1)
+    new = root / EXTRA / "best" / "norm=layer,seed=3"
+    assert json.loads((new / "summary.json").read_text())["status"] == "completed"
+    a, b = (OmegaConf.to_container(load_config(d / "config.yaml"))
+            for d in (root / "best" / "norm=layer", new))
+    assert b["train"]["seed"] == 3 and b["train"]["lr"] == 0.002
+    assert a == {**b, "train": {**b["train"], "seed": a["train"]["seed"]}}
+    stamp = (new / "summary.json").stat().st_mtime
+    X.run_plan(Reference(root), plan, parallel=1)
+    assert (new / "summary.json").stat().st_mtime == stamp
+    extra = Reference(root).with_extra()
+    assert {r.name for r in extra.groups["best"]} == {"best/norm=layer",
+                                                      "extra/best/norm=layer,seed=3"}
