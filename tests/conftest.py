@@ -144,3 +144,23 @@ def token_cross_entropy(logits, targets):
     z = z - z.max(-1, keepdims=True)
     logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
     return -np.take_along_axis(logp, np.asarray(targets)[..., None], -1)[..., 0]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    """The healthy synthetic reference (``tests/reference_fixture.py``), built once per module;
+    a test that changes numbers copies it (``build(..., base=base)``)."""
+    from tests.reference_fixture import build
+
+    root = tmp_path_factory.mktemp("base") / "reference"
+    build(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def healthy(base) -> dict:
+    """Every claim measured on ``base``, by id."""
+    from trainer.findings import page
+    from trainer.findings.reference import Reference
+
+    return {f.id: f for f in page.measure(Reference(base))}

@@ -18,7 +18,7 @@ from matplotlib.collections import PathCollection
 from matplotlib.colors import to_hex
 from matplotlib.image import imread
 
-from tests.reference_fixture import BASELINES, build, write_run
+from tests.reference_fixture import BASELINES, write_run
 from tests.test_plots import _check_layout, _overlaps, _texts
 from trainer.analysis import grad_profile, padding
 from trainer.findings import dynamics, page
@@ -34,13 +34,6 @@ from trainer.results.palette import NORM_COLORS
 NEW = ("best/plots/f2_test_gap.png", "best/plots/f3_precise_bn.png",
        "best/plots/f5_token_std.png", "depth/plots/loss_by_depth.png")
 POST_12 = "num_layers=12,norm=layer,residual=true,placement=post"
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("figures") / "reference"
-    build(root)
-    return root
 
 
 def copy_without(base: Path, tmp_path: Path, *patterns: str) -> Reference:

@@ -20,7 +20,6 @@ from tests.reference_fixture import build, changing
 from trainer.config import ConfigError, load_config
 from trainer.findings import core
 from trainer.findings import extra as X
-from trainer.findings import page as P
 from trainer.findings.claim import BN_NORMS
 from trainer.findings.reference import EXTRA, Reference
 from trainer.findings.thresholds import HEADLINE_SEEDS, MAX_SEEDS
@@ -35,21 +34,9 @@ MASKED_BARELY_BETTER = changing("best", lambda k: k[0] == ("masked_batch", "true
                                 and k[1] < 4, precise=2.44)
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("extra") / "reference"
-    build(root)
-    return root
-
-
-@pytest.fixture(scope="module")
-def healthy(base):
-    return P.measure(Reference(base))
-
-
 def test_every_part_the_statistics_rule_judges_has_its_variants_in_the_plan(base, healthy):
     ref = Reference(base)
-    judged = [(f.id, p.text) for f in healthy for p in f.parts if not p.control and p.stat]
+    judged = [(f.id, p.text) for f in healthy.values() for p in f.parts if not p.control and p.stat]
     assert len(judged) > 25
     for claim, text in judged:
         need = X.needs(ref, claim, text)

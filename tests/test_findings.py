@@ -42,19 +42,6 @@ def verdicts(found: dict) -> dict:
     return {c: f.verdict for c, f in found.items()}
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    """The healthy reference, built once; each flip copies it and rewrites what it changes."""
-    root = tmp_path_factory.mktemp("base") / "reference"
-    build(root)
-    return root
-
-
-@pytest.fixture(scope="module")
-def healthy(base):
-    return {f.id: f for f in P.measure(Reference(base))}  # F13 too
-
-
 def test_every_claim_shows_on_the_healthy_set(healthy):
     assert set(healthy) == {"S", *(f"F{i}" for i in range(1, 20))}
     expected = {c: "checks only" if c in CHECKS_ONLY else "yes" for c in healthy}

@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from tests.reference_fixture import build
+from tests.reference_fixture import build, changing
 from trainer.findings import page as P
 from trainer.findings import replication as R
 from trainer.findings.claim import VERDICTS
@@ -77,3 +77,20 @@ def test_summary_group_follows_the_pre_registered_rule(verdicts):
         assert group == "does not hold"
     else:
         assert group == "undecided"
+
+
+def test_a_claims_section_says_when_its_verdict_changes_across_settings(tmp_path):
+    """Python's no-norm stream grows no faster than LN's: F5's section says its verdict changes,
+    with python's part and statistic; S reads yes in both and says so; F9, judged only in the
+    reference, has no such block."""
+    build(tmp_path / "reference")
+    build(tmp_path / R.ROOT / "python", changing("best", lambda k: k[0][0] == "none", growth=1.0),
+          skip=("depth", "dyt", "dyt_recipe", "small"))
+    text, _ = P.compose(Reference(tmp_path / "reference"))
+    section = {s.split("\n", 1)[0]: s for s in text.split("\n## ")}
+    f5 = section["F5"]
+    assert "**Its verdict changes across settings.**" in f5
+    python = next(x for x in f5.splitlines() if x.startswith("- python ("))
+    assert "**partly**" in python and "✗ stream grows without a norm: paired ratio" in python
+    assert "The same verdict in every setting judged so far." in section["S"]
+    assert "In the other settings" not in section["F9"]

@@ -239,6 +239,7 @@ def render_page(ref, findings, replicated=None) -> str:
         lines.append(f"| [{f.id}](#{f.id.lower()}) | {_cell(f.claim)} | {VERDICTS[f.verdict]} | "
                      f"{_cell(f.falsifier)} |")
     archived = history.archived_verdicts(ref.root.parent)
+    judged = replicated[1] if replicated is not None else {}
     for f in findings:
         lines += ["", f"## {f.id}", "", f"**{f.claim}.**", "", f"Metric: {f.metric}.", ""]
         if f.missing:
@@ -250,6 +251,8 @@ def render_page(ref, findings, replicated=None) -> str:
         lines += ["", f"Verdict: {VERDICTS[f.verdict]}. Falsified by: {f.falsifier}."]
         was = history.note(f, archived)
         lines += ["", was] if was else []
+        other = replication.across(judged, f.id)
+        lines += ["", *other] if other else []
         lines += [x for plot in f.plots if (ref.root / plot).is_file()
                   for x in ("", f"![{f.id}]({name}/{plot})")]
     lines += ["", "## Recipes: each method against its source", "",

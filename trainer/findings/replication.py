@@ -71,6 +71,25 @@ def table(judged: dict, names: list[str]) -> list[str]:
     return lines
 
 
+def across(judged: dict, cid: str) -> list[str]:
+    """A claim's section: its verdict in each other setting that judged it, with each evidence
+    part's mark and statistic, and whether the verdict changes across settings; [] when no
+    other setting has judged it yet."""
+    row = judged.get(cid, {})
+    done = {s: f for s, f in row.items() if s != "reference" and f.verdict != "not run"}
+    if not done:
+        return []
+    verdicts = {row["reference"].verdict, *(f.verdict for f in done.values())}
+    lines = [("**Its verdict changes across settings.**" if len(verdicts) > 1 else
+              "The same verdict in every setting judged so far.") + " In the other settings:"]
+    for setting, f in done.items():
+        parts = "; ".join(f"{p.mark} {p.text}" + (f": {p.stat}" if p.stat else "")
+                          for p in f.parts if not p.control)
+        lines.append(f"- {setting} ({SETTINGS[setting][1]}): {VERDICTS[f.verdict]}"
+                     + (f" — {parts}" if parts else ""))
+    return lines
+
+
 def loss_rows(ref: Reference) -> list[dict]:
     """Per headline variant: its best rate, test loss per seed and its interval, its rank by
     best validation loss in the setting's grid, its LR sensitivity over the rates tried."""
