@@ -20,6 +20,7 @@ from tests.reference_fixture import build, changing
 from trainer.config import ConfigError, load_config
 from trainer.findings import core
 from trainer.findings import extra as X
+from trainer.findings import page as P
 from trainer.findings.claim import BN_NORMS
 from trainer.findings.reference import EXTRA, Reference
 from trainer.findings.thresholds import HEADLINE_SEEDS, MAX_SEEDS
@@ -60,7 +61,7 @@ def test_a_filter_that_finds_several_variants_or_none_is_one_error(base):
 
 def test_the_plan_asks_ten_seeds_for_the_underpowered_parts_only(base, tmp_path):
     ref = build(tmp_path / "reference", MASKED_SEED_4_WORSE, base=base)
-    plan = X.make_plan(ref)
+    plan = X.make_plan(ref, P.all_claims())
     assert [(p["claim"], p["part"]) for p in plan.parts] == [("F3", "masked BN ends better")]
     assert set(plan.runs) == {f"best/{BEST.format(n)},seed={s}" for n in BN_NORMS
                               for s in range(HEADLINE_SEEDS, MAX_SEEDS)}
@@ -73,7 +74,7 @@ def test_an_underpowered_part_without_a_plan_entry_stops_the_command(base, tmp_p
     ref = build(tmp_path / "reference", MASKED_SEED_4_WORSE, base=base)
     monkeypatch.setattr(X, "PLAN", {k: v for k, v in X.PLAN.items() if k[0] != "F3"})
     with pytest.raises(ConfigError, match="F3's part 'masked BN ends better'"):
-        X.make_plan(ref)
+        X.make_plan(ref, P.all_claims())
 
 
 def test_extra_seeds_are_added_once(tmp_path):

@@ -126,8 +126,9 @@ def _extra_seeds_arguments(p) -> None:
 
 def _extra_seeds(args) -> int:
     from trainer.findings.extra import run
+    from trainer.findings.page import all_claims
 
-    return run(args)
+    return run(args, all_claims())
 
 
 def _analyze(args) -> int:

@@ -47,6 +47,11 @@ class Part:
         return "?" if self.shown is None else ("✓" if self.shown else "✗")
 
 
+def claim_id(fn) -> str:
+    """A claim function's id: ``scale`` is S, ``f3`` is F3."""
+    return "S" if fn.__name__ == "scale" else fn.__name__.upper()
+
+
 def all_of(*parts: Judged) -> Judged:
     """Several judgements read as one part: shown when all are, refuted when one is, otherwise
     underpowered; the statistics joined."""

@@ -33,12 +33,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from trainer.config import ConfigError, load_config
-from trainer.findings.claim import BASE, Finding
+from trainer.findings.claim import BASE, Finding, claim_id
 from trainer.findings.reference import EXTRA, Reference
 from trainer.findings.thresholds import (DYT_RECIPE_ALPHA, EMBED_UNIT_SCALE, EXTRA_SEED_SETTINGS,
-                                         MAX_SEEDS)
+                                         MAX_SEEDS, REPLICATED)
 from trainer.provenance import read_stamp
-from trainer.rundir import CONFIG
+from trainer.rundir import CONFIG, SUMMARY
 
 PLAN_FILE = "plan.json"
 GRAD_PROFILE = "init/grad_profile.csv"  # no runs: ``analyze grad-profile`` over seeds
@@ -190,13 +190,11 @@ class Plan:
                 "analyses": self.analyses}
 
 
-def _claims(ref: Reference) -> list:
-    from trainer.findings import page, replication
-
-    fns = page.all_claims()
+def _claims(ref: Reference, claims) -> list:
+    """The claims a setting judges: every one in the reference, ``REPLICATED`` elsewhere."""
     if ref.setting == "reference":
-        return list(fns)
-    return [fn for fn in fns if replication._claim_id(fn) in replication.REPLICATED]
+        return list(claims)
+    return [fn for fn in claims if claim_id(fn) in REPLICATED]
 
 
 def _variant(ref: Reference, group: str, want: dict) -> list:
@@ -217,12 +215,13 @@ def _seed_name(name: str, seed: int) -> str:
     return re.sub(r",seed=\d+$", "", name) + f",seed={seed}"
 
 
-def make_plan(ref: Reference) -> Plan:
-    """Every underpowered evidence part of the setting's claims (pre-registered seeds only) and
+def make_plan(ref: Reference, claims) -> Plan:
+    """Every underpowered evidence part of the setting's ``claims`` (``page.all_claims``; at the
+    pre-registered seeds only) and
     what it needs: new seeds of its variants up to ``MAX_SEEDS``, analysis rows of the runs an
     analysis it reads did not cover."""
     plan = Plan()
-    for claim in _claims(ref):
+    for claim in _claims(ref, claims):
         finding = claim(ref)
         for part in finding.parts:
             if not part.underpowered:
@@ -340,7 +339,7 @@ def _checkpointed(ref: Reference, name: str) -> Path:
     if not source.is_dir():
         source = ref.root / EXTRA / group / run
     out = Path("runs/ckpt") / ref.setting / group / run
-    if not (out / "summary.json").is_file():
+    if not (out / SUMMARY).is_file():
         subprocess.run([sys.executable, "-m", "trainer", "reproduce", str(source), "--out",
                         str(out)], check=True)
     return out
@@ -363,7 +362,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, claims) -> int:
+    """The command: ``claims`` are ``page.all_claims()`` (passed in: the page imports this
+    module)."""
     setting = args.setting or args.root.name
     if setting not in EXTRA_SEED_SETTINGS:
         raise ConfigError(f"extra seeds are pre-registered for {', '.join(EXTRA_SEED_SETTINGS)}, "
@@ -371,7 +372,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.root.is_dir():
         raise ConfigError(f"results directory not found: {args.root}")
     ref = Reference(args.root, setting)
-    plan = make_plan(ref)
+    plan = make_plan(ref, claims)
     for text in describe(plan):
         print(text, flush=True)
     if args.dry_run or not plan.parts:

@@ -12,7 +12,7 @@ pre-registration (what "holds everywhere" means is ``summary_group``).
 from __future__ import annotations
 
 
-from trainer.findings.claim import VERDICTS, Finding
+from trainer.findings.claim import VERDICTS, Finding, claim_id
 from trainer.findings.extra import judged
 from trainer.findings.headline import variant_runs
 from trainer.findings.reference import Reference
@@ -37,17 +37,13 @@ def judge(refs: dict[str, Reference], reference: list[Finding], claims) -> dict:
     """Claim id -> setting -> its Finding (the reference's: ``reference``, every claim; the
     others: the ``REPLICATED`` claims, measured on that setting's runs)."""
     by_id = {f.id: {"reference": f} for f in reference}
-    fns = {_claim_id(fn): fn for fn in claims}
+    fns = {claim_id(fn): fn for fn in claims}
     for setting, ref in refs.items():
         if setting == "reference":
             continue
         for cid in REPLICATED:
             by_id[cid][setting] = judged(fns[cid], ref)
     return by_id
-
-
-def _claim_id(fn) -> str:
-    return "S" if fn.__name__ == "scale" else fn.__name__.upper()
 
 
 def _cell(f: Finding | None) -> str:
