@@ -163,13 +163,13 @@ def judged(claim, ref: Reference) -> Finding:
         return first
     second = claim(ref.with_extra())
     again = {p.text: p for p in second.parts}
-    redone = 0
+    redone = False
     for i, p in enumerate(first.parts):
         q = again.get(p.text)
         if p.underpowered and q is not None and q.stat != p.stat:
             first.parts[i] = replace(q, stat=f"{q.stat}; with the extra seeds (at the "
                                              f"pre-registered seeds: {p.stat})")
-            redone += 1
+            redone = True
     if redone:
         first.lines += [f"with the extra seeds: {x}" for x in second.lines if x not in first.lines]
     return first
@@ -217,9 +217,8 @@ def _seed_name(name: str, seed: int) -> str:
 
 def make_plan(ref: Reference, claims) -> Plan:
     """Every underpowered evidence part of the setting's ``claims`` (``page.all_claims``; at the
-    pre-registered seeds only) and
-    what it needs: new seeds of its variants up to ``MAX_SEEDS``, analysis rows of the runs an
-    analysis it reads did not cover."""
+    pre-registered seeds only) and what it needs: new seeds of its variants up to
+    ``MAX_SEEDS``, analysis rows of the runs an analysis it reads did not cover."""
     plan = Plan()
     for claim in _claims(ref, claims):
         finding = claim(ref)
