@@ -100,6 +100,7 @@ def _extra_run(root: Path, group: str, name: str, seed: int, **summary) -> None:
 def test_extra_seeds_rejudge_the_underpowered_part_and_leave_the_decided_one(base, tmp_path):
     root = tmp_path / "reference"
     ref = build(root, MASKED_BARELY_BETTER, base=base)
+    X._check_plan(root, X.make_plan(ref, P.all_claims()))
     first = core.f3(ref)
     assert [p.mark for p in first.parts] == ["~", "✓"]
     for seed in range(HEADLINE_SEEDS, MAX_SEEDS):  # masked BN better by 0.2 on every new seed
@@ -119,13 +120,31 @@ def test_a_seed_against_the_claim_keeps_the_part_underpowered_at_any_seed_count(
     """Shown needs every seed on the claimed side (the all-seeds rule, the stricter one): ten
     seeds that agree with the claim cannot outvote the one that does not."""
     root = tmp_path / "reference"
-    build(root, MASKED_SEED_4_WORSE, base=base)
+    X._check_plan(root, X.make_plan(build(root, MASKED_SEED_4_WORSE, base=base), P.all_claims()))
     for seed in range(HEADLINE_SEEDS, MAX_SEEDS):
         for norm, loss in (("batch", 2.5), ("masked_batch", 2.3)):
             _extra_run(root, "best", BEST.format(norm), seed, final_test_loss_precise_bn=loss)
     again = X.judged(core.f3, Reference(root))
     assert again.parts[0].mark == "~" and "n = 10" in again.parts[0].stat
     assert again.verdict == "inconclusive (underpowered)"
+
+
+def test_a_plan_partly_in_is_not_judged_on_the_seeds_it_has(base, tmp_path):
+    """A plan committed in parts: its part stays underpowered, saying how many of its runs are
+    in, until every planned seed is; extra runs without a plan are not read at all."""
+    root = tmp_path / "reference"
+    ref = build(root, MASKED_BARELY_BETTER, base=base)
+    first = core.f3(ref)
+    for seed in range(HEADLINE_SEEDS, MAX_SEEDS - 1):  # seed 9 not run yet
+        for norm, loss in (("batch", 2.5), ("masked_batch", 2.3)):
+            _extra_run(root, "best", BEST.format(norm), seed, final_test_loss_precise_bn=loss)
+    assert X.judged(core.f3, Reference(root)).parts == first.parts  # no plan.json: not read
+    X._check_plan(root, X.make_plan(ref, P.all_claims()))
+    part = X.judged(core.f3, Reference(root)).parts[0]
+    assert part.mark == "~" and part.stat == f"{first.parts[0].stat}; extra seeds: 18 of 20 in"
+    for norm, loss in (("batch", 2.5), ("masked_batch", 2.3)):
+        _extra_run(root, "best", BEST.format(norm), MAX_SEEDS - 1, final_test_loss_precise_bn=loss)
+    assert X.judged(core.f3, Reference(root)).parts[0].mark == "✓"
 
 
 def test_without_extra_runs_a_claim_is_judged_as_before(base):

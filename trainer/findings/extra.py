@@ -13,8 +13,10 @@ before the first run; a later call whose plan differs is refused (seeds are adde
 topped up after seeing them).
 
 ``judged(claim, ref)`` is how every claim is measured: at the pre-registered seeds first; then,
-when ``ROOT/extra`` exists, each part that was underpowered takes its judgement on all seeds
-(``Reference.with_extra``). Parts already shown or refuted keep theirs: no optional stopping on
+once every run and analysis row ``extra/plan.json`` lists for a part that was underpowered is
+in, that part takes its judgement on all seeds (``Reference.with_extra``); until then it stays
+underpowered and says how much of its plan is in (so a plan committed in parts is never judged
+on some of its seeds). Parts already shown or refuted keep theirs: no optional stopping on
 decided parts.
 
 Which variants a part reads is ``PLAN``: claim id and the start of the part's text -> the
@@ -156,23 +158,59 @@ def needs(ref: Reference, claim: str, text: str) -> Needs | None:
 
 
 def judged(claim, ref: Reference) -> Finding:
-    """``claim(ref)`` at the pre-registered seeds; with ``ROOT/extra``, each underpowered part
-    re-judged on every seed (its statistic says both), the rest as they were."""
+    """``claim(ref)`` at the pre-registered seeds; each part underpowered there whose extra
+    seeds (``extra/plan.json``) are all in re-judged on every seed (its statistic says both),
+    one still short of them says how many it has; the rest as they were."""
     first = claim(ref)
-    if not ref.has_extra() or not any(p.underpowered for p in first.parts):
+    plan = _read_plan(ref.root) if ref.has_extra() else None
+    if not plan or not any(p.underpowered for p in first.parts):
         return first
-    second = claim(ref.with_extra())
+    entries = {(e["claim"], e["part"]): e for e in plan.get("parts", [])}
+    everything = ref.with_extra()
+    second = claim(everything)
     again = {p.text: p for p in second.parts}
     redone = False
     for i, p in enumerate(first.parts):
+        entry = entries.get((first.id, p.text))
+        if not p.underpowered or entry is None:
+            continue
+        have, want = progress(everything, entry)
         q = again.get(p.text)
-        if p.underpowered and q is not None and q.stat != p.stat:
+        if have < want:  # a plan in progress: judged when all of it is in, not on part of it
+            first.parts[i] = replace(p, stat=f"{p.stat}; extra seeds: {have} of {want} in")
+        elif q is not None and q.stat != p.stat:
             first.parts[i] = replace(q, stat=f"{q.stat}; with the extra seeds (at the "
                                              f"pre-registered seeds: {p.stat})")
             redone = True
     if redone:
         first.lines += [f"with the extra seeds: {x}" for x in second.lines if x not in first.lines]
     return first
+
+
+def progress(ref: Reference, entry: dict) -> tuple[int, int]:
+    """How much of a plan part is in ``ref`` (``with_extra``): finished seeds below
+    ``MAX_SEEDS`` of each variant, plus analysis rows of each of them (or, for grad-profile,
+    of each seed) -- as (have, want)."""
+    have = want = 0
+    names = []  # GROUP/RUN of every finished seed of the part's variants
+    for group, filt in entry["variants"]:
+        runs = [r for r in ref.matching(group, **filt) if r.finished]
+        seeds = {int(ref.values(r)["seed"]): r for r in runs}
+        have += sum(s in seeds for s in range(MAX_SEEDS))
+        want += MAX_SEEDS
+        names += ["/".join(Path(r.name).parts[-2:]) for s, r in seeds.items() if s < MAX_SEEDS]
+    for relpath in entry["analyses"]:
+        if relpath == GRAD_PROFILE:
+            rows = {int(r["seed"]) for r in ref._rows(relpath)}
+            have += sum(s in rows for s in range(MAX_SEEDS))
+            want += MAX_SEEDS
+            continue
+        covered = {"/".join(Path(r.name).parts[-2:])
+                   for path in (ref.root / relpath, ref.root / EXTRA / relpath)
+                   for r in ref._runs_read(path)}
+        have += sum(n in covered for n in names)
+        want += MAX_SEEDS * len(entry["variants"])
+    return have, want
 
 
 # ------------------------------------------------------------------------------------------
@@ -259,12 +297,18 @@ def _uncovered(ref: Reference, relpath: str, names: list[str]) -> list:
     return [n for n in names if n not in covered]
 
 
+def _read_plan(root: Path) -> dict | None:
+    from trainer.atomic import read_json
+
+    return read_json(root / EXTRA / PLAN_FILE)
+
+
 def _check_plan(root: Path, plan: Plan) -> None:
     """Write ``extra/plan.json`` the first time; refuse a plan that differs from it."""
-    from trainer.atomic import read_json, write_json
+    from trainer.atomic import write_json
 
     path = root / EXTRA / PLAN_FILE
-    old = read_json(path)
+    old = _read_plan(root)
     if old and old != plan.as_json():
         raise ConfigError(f"{path} records a different plan: extra seeds are added once "
                           f"(pre-registration 2); remove it only if no extra run was made")
