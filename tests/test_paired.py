@@ -12,8 +12,8 @@ import pytest
 from scipy import stats
 
 from trainer.findings.claim import VERDICTS, Part, verdict
-from trainer.results.metrics import (REFUTED, SHOWN, UNDERPOWERED, compare, not_worse, paired,
-                                     threshold)
+from trainer.results.metrics import (REFUTED, SHOWN, STRADDLES, UNDERPOWERED, compare,
+                                     not_worse, paired, threshold)
 
 
 def test_paired_reads_only_common_seeds_and_its_interval_is_the_t_interval():
@@ -61,6 +61,16 @@ def test_the_all_seeds_condition_stays_beside_the_interval():
     a = {i: 3.0 for i in range(9)} | {9: 2.09}
     b = {i: 2.0 for i in range(10)}
     assert paired(a, b).ci.lo > 0.1 and compare(a, b, 0.1).outcome == UNDERPOWERED
+    # and the page says which condition failed, naming the seed, not "the interval straddles"
+    assert compare(a, b, 0.1).why == "the interval clears the margin but seed 9 (0.09) does not"
+    assert compare(a, b, 1.0).why == STRADDLES
+    # the same for a ratio (its seed named by its ratio), a null and a threshold
+    ratio = compare(a, b, 1.1, log=True).why
+    assert "seed 9 (1.04)" in ratio
+    assert not_worse(b, a, -0.1).why.endswith("seed 9 (-0.09) does not")
+    assert threshold(a, 2.1, "above").why.endswith("seed 9 (2.09) does not")
+    assert threshold(a, 2.95, "above").why == STRADDLES
+    assert compare(a, b, 0.0).why == ""  # shown: nothing missing
 
 
 @pytest.mark.parametrize("values,side,outcome", [

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import InitVar, dataclass, field
 
-from trainer.results.metrics import REFUTED, SHOWN, UNDERPOWERED, Judged, interval
+from trainer.results.metrics import REFUTED, SHOWN, STRADDLES, UNDERPOWERED, Judged, interval
 
 # The variants most claims compare: Pre-norm with the residual; the norms by family.
 BASE = dict(residual="true", placement="pre")
@@ -27,7 +27,8 @@ class Part:
     the page and never counted toward the verdict. Otherwise the part is *evidence*: a
     measurement that could have come out either way, judged by the statistics rule
     (``metrics.compare`` / ``not_worse`` / ``threshold``): ``shown`` True (shown), False
-    (refuted) or None; None with ``underpowered`` when the interval straddles the margin, None
+    (refuted) or None; None with ``underpowered`` when the data cannot tell (``why`` says how:
+    the interval straddles the margin, or clears it with a seed on the other side), None
     without it when the part cannot be judged (``why`` says which precondition failed: a
     compared variant trains at no rate tried, a population is empty). ``stat``: the statistic
     it read (a paired difference with its interval and margin), printed beside it.
@@ -39,6 +40,13 @@ class Part:
     why: str = ""
     underpowered: bool = False
     stat: str = ""
+
+    @property
+    def reason(self) -> str:
+        """Why a part is neither shown nor refuted, as the page says it ("" when it is)."""
+        if self.underpowered:
+            return f"underpowered: {self.why or STRADDLES}"
+        return f"cannot be judged: {self.why}" if self.shown is None else ""
 
     @property
     def mark(self) -> str:
@@ -58,7 +66,8 @@ def all_of(*parts: Judged) -> Judged:
     outcomes = {p.outcome for p in parts}
     outcome = (SHOWN if outcomes == {SHOWN} else REFUTED if REFUTED in outcomes
                else UNDERPOWERED)
-    return Judged(outcome, "; ".join(p.stat for p in parts))
+    why = "; ".join(dict.fromkeys(p.why for p in parts if p.outcome == UNDERPOWERED and p.why))
+    return Judged(outcome, "; ".join(p.stat for p in parts), why if outcome == UNDERPOWERED else "")
 
 
 @dataclass
@@ -87,7 +96,7 @@ class Finding:
         be judged."""
         if isinstance(shown, Judged):
             self.parts.append(Part(text, {SHOWN: True, REFUTED: False}.get(shown.outcome), False,
-                                   why, shown.outcome == UNDERPOWERED, shown.stat))
+                                   why or shown.why, shown.outcome == UNDERPOWERED, shown.stat))
             return
         self.parts.append(Part(text, None if shown is None else bool(shown), False, why))
 

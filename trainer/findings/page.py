@@ -158,10 +158,8 @@ def _plateau(ref) -> list[str]:
 
 def _part(p) -> str:
     kind = "control" if p.control else "evidence"
-    why = (" — underpowered: the interval straddles the margin" if p.underpowered else
-           f" — cannot be judged: {p.why}" if p.shown is None else "")
     stat = f": {p.stat}" if p.stat else ""
-    return f"- {p.mark} {p.text} ({kind}){stat}{why}"
+    return f"- {p.mark} {p.text} ({kind}){stat}" + (f" — {p.reason}" if p.reason else "")
 
 
 def _cell(text: str) -> str:

@@ -80,6 +80,7 @@ def across(judged: dict, cid: str) -> list[str]:
               "The same verdict in every setting judged so far.") + " In the other settings:"]
     for setting, f in done.items():
         parts = "; ".join(f"{p.mark} {p.text}" + (f": {p.stat}" if p.stat else "")
+                          + (f" ({p.reason})" if p.reason else "")
                           for p in f.parts if not p.control)
         lines.append(f"- {setting} ({SETTINGS[setting][1]}): {VERDICTS[f.verdict]}"
                      + (f" — {parts}" if parts else ""))

@@ -234,6 +234,23 @@ class Judged:
 
     outcome: str  # SHOWN | REFUTED | UNDERPOWERED
     stat: str
+    why: str = ""  # UNDERPOWERED: which condition of *shown* the data miss
+
+
+STRADDLES = "the interval straddles the margin"
+
+
+def _short(seeds: dict, fn=lambda x: x) -> str:
+    """``seeds`` (seed -> value) named for the page: "seed 3 (1.93)", "seeds 2, 4 (…, …)"."""
+    values = ", ".join(_g(fn(v)) for v in seeds.values())
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} ({values})"
+
+
+def _against(outside: dict, fn=lambda x: x) -> str:
+    """Why a part whose interval lies beyond its margin is still underpowered: the all-seeds
+    condition, with the seeds it fails on."""
+    verb = "does" if len(outside) == 1 else "do"
+    return f"the interval clears the margin but {_short(outside, fn)} {verb} not"
 
 
 @dataclass(frozen=True)
@@ -296,10 +313,15 @@ def compare(a: dict, b: dict, margin: float = 0.0, log: bool = False) -> Judged:
     interval lies below it, *underpowered* otherwise (or when fewer than two seeds pair)."""
     p, m = paired(a, b, log), _margin(margin, log)
     if p is None:
-        return Judged(UNDERPOWERED, "fewer than two paired seeds")
-    if p.ci.lo > m and all(d > m for d in p.diffs.values()):
+        return Judged(UNDERPOWERED, "fewer than two paired seeds", "fewer than two paired seeds")
+    outside = {s: d for s, d in p.diffs.items() if not d > m}
+    if p.ci.lo > m and not outside:
         return Judged(SHOWN, p.describe(m))
-    return Judged(REFUTED if p.ci.hi < m else UNDERPOWERED, p.describe(m))
+    if p.ci.hi < m:
+        return Judged(REFUTED, p.describe(m))
+    return Judged(UNDERPOWERED, p.describe(m),
+                  _against(outside, math.exp if log else lambda x: x) if p.ci.lo > m
+                  else STRADDLES)
 
 
 def not_worse(a: dict, b: dict, margin: float) -> Judged:
@@ -309,11 +331,14 @@ def not_worse(a: dict, b: dict, margin: float) -> Judged:
     *underpowered* otherwise: a difference not shown is not evidence of none."""
     p = paired(a, b)
     if p is None:
-        return Judged(UNDERPOWERED, "fewer than two paired seeds")
+        return Judged(UNDERPOWERED, "fewer than two paired seeds", "fewer than two paired seeds")
     stat = f"{p.describe(margin)}; one-sided 95 % bound {p.tost.hi:+.3g}"
-    if p.tost.hi < margin and all(d < margin for d in p.diffs.values()):
+    outside = {s: d for s, d in p.diffs.items() if not d < margin}
+    if p.tost.hi < margin and not outside:
         return Judged(SHOWN, stat)
-    return Judged(REFUTED if p.ci.lo > margin else UNDERPOWERED, stat)
+    if p.ci.lo > margin:
+        return Judged(REFUTED, stat)
+    return Judged(UNDERPOWERED, stat, _against(outside) if p.tost.hi < margin else STRADDLES)
 
 
 def threshold(values: dict, limit: float, side: str, log: bool = False) -> Judged:
@@ -323,10 +348,13 @@ def threshold(values: dict, limit: float, side: str, log: bool = False) -> Judge
     xs = [v for v in values.values()]
     iv = interval(xs, log) if xs and None not in xs else None
     if iv is None or any(math.isnan(x) for x in xs):
-        return Judged(UNDERPOWERED, "a value is missing")
+        return Judged(UNDERPOWERED, "a value is missing", "a value is missing")
     stat = f"{iv} against {_g(limit)}"
     up = side == "above"
     if beyond(values, limit, side, log):
         return Judged(SHOWN, stat)
-    wrong = iv.hi < limit if up else iv.lo > limit
-    return Judged(REFUTED if wrong else UNDERPOWERED, stat)
+    if (iv.hi < limit if up else iv.lo > limit):
+        return Judged(REFUTED, stat)
+    clears = iv.lo > limit if up else iv.hi < limit
+    outside = {s: v for s, v in values.items() if not (v > limit if up else v < limit)}
+    return Judged(UNDERPOWERED, stat, _against(outside) if clears else STRADDLES)
