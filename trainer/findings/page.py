@@ -71,9 +71,13 @@ def _extra_seeds(ref: Reference) -> str:
     plan = read_json(ref.root / EXTRA / extra.PLAN_FILE)
     if not plan:
         return rule + " No extra seeds have been run here yet."
-    return (rule + f" Here: {len(plan['parts'])} part(s), {len(plan['runs'])} new run(s) "
-            f"(`{EXTRA}/`, plan in `{EXTRA}/{extra.PLAN_FILE}`); a re-judged part's statistic "
-            "says \"with the extra seeds\" and gives the pre-registered seeds' beside it.")
+    made = {r.name.split("/", 1)[1] for r in ref.groups.get(EXTRA, []) if r.finished}
+    done = sum(name in made for name in plan["runs"])
+    return (rule + f" Here: {len(plan['parts'])} part(s), {len(plan['runs'])} new run(s), "
+            f"{done} of them made (`{EXTRA}/`, plan in `{EXTRA}/{extra.PLAN_FILE}`); a part is "
+            "re-judged once every run and analysis row its plan lists is in, and its statistic "
+            "then says \"with the extra seeds\" and gives the pre-registered seeds' beside it "
+            "(until then, how much of its plan is in).")
 
 
 def _setting(ref) -> str:
