@@ -28,8 +28,6 @@ WHY = {
         asked here too, straddles its margin at 3 seeds, and with the extra-seed rule's 10 it is
         refuted (paired +0.011, 95 % −0.004 … +0.027 against 0.05): with pads doubled, naive BN
         is not worse than masked BN by the margin. One part shown, one refuted: partly""",
-    "F5": """the growth ratio (no norm over LN, paired by seed) is 1.76 with an interval that
-        straddles the factor 2: underpowered, where the first rule read "does not show" """,
     "F6": """"Pre-LN does not need warm-up" is a null: judged as one (not worse by the margin,
         one-sided), Pre-LN without warm-up is shown worse on every seed, so the part is refuted;
         the first rule marked it ✓ because a difference was not shown by non-overlap. Post-LN
