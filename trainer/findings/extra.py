@@ -162,7 +162,7 @@ def judged(claim, ref: Reference) -> Finding:
     seeds (``extra/plan.json``) are all in re-judged on every seed (its statistic says both),
     one still short of them says how many it has; the rest as they were."""
     first = claim(ref)
-    plan = _read_plan(ref.root) if ref.has_extra() else None
+    plan = read_plan(ref.root) if ref.has_extra() else None
     if not plan or not any(p.underpowered for p in first.parts):
         return first
     entries = {(e["claim"], e["part"]): e for e in plan.get("parts", [])}
@@ -200,16 +200,9 @@ def progress(ref: Reference, entry: dict) -> tuple[int, int]:
         want += MAX_SEEDS
         names += ["/".join(Path(r.name).parts[-2:]) for s, r in seeds.items() if s < MAX_SEEDS]
     for relpath in entry["analyses"]:
-        if relpath == GRAD_PROFILE:
-            rows = {int(r["seed"]) for r in ref._rows(relpath)}
-            have += sum(s in rows for s in range(MAX_SEEDS))
-            want += MAX_SEEDS
-            continue
-        covered = {"/".join(Path(r.name).parts[-2:])
-                   for path in (ref.root / relpath, ref.root / EXTRA / relpath)
-                   for r in ref._runs_read(path)}
-        have += sum(n in covered for n in names)
-        want += MAX_SEEDS * len(entry["variants"])
+        todo = range(MAX_SEEDS) if relpath == GRAD_PROFILE else names
+        have += len(todo) - len(_uncovered(ref, relpath, list(todo)))
+        want += MAX_SEEDS * (1 if relpath == GRAD_PROFILE else len(entry["variants"]))
     return have, want
 
 
@@ -288,16 +281,19 @@ def make_plan(ref: Reference, claims) -> Plan:
 
 
 def _uncovered(ref: Reference, relpath: str, names: list[str]) -> list:
-    """What the analysis CSV ``relpath`` lacks: seeds below ``MAX_SEEDS`` (grad-profile, which
-    reads no runs), else those of the runs ``names`` (GROUP/RUN) its command did not read."""
+    """What the analysis CSV ``relpath`` (and, ``with_extra``, its extra copy) lacks: seeds below
+    ``MAX_SEEDS`` (grad-profile, which reads no runs), else those of the runs ``names``
+    (GROUP/RUN) its command did not read."""
     if relpath == GRAD_PROFILE:
         have = {int(r["seed"]) for r in ref._rows(relpath)}
         return [s for s in range(MAX_SEEDS) if s not in have]
-    covered = {"/".join(Path(run.name).parts[-2:]) for run in ref._runs_read(ref.root / relpath)}
+    paths = (ref.root / relpath, *((ref.root / EXTRA / relpath,) if ref.extra else ()))
+    covered = {"/".join(Path(run.name).parts[-2:]) for path in paths for run in ref._runs_read(path)}
     return [n for n in names if n not in covered]
 
 
-def _read_plan(root: Path) -> dict | None:
+def read_plan(root: Path) -> dict:
+    """``ROOT/extra/plan.json`` ({} when there is none)."""
     from trainer.atomic import read_json
 
     return read_json(root / EXTRA / PLAN_FILE)
@@ -308,7 +304,7 @@ def _check_plan(root: Path, plan: Plan) -> None:
     from trainer.atomic import write_json
 
     path = root / EXTRA / PLAN_FILE
-    old = _read_plan(root)
+    old = read_plan(root)
     if old and old != plan.as_json():
         raise ConfigError(f"{path} records a different plan: extra seeds are added once "
                           f"(pre-registration 2); remove it only if no extra run was made")

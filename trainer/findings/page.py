@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from trainer.atomic import read_json, write_text
+from trainer.atomic import write_text
 from trainer.findings import (batch, core, depth, dynamics, extra, history, inference, ln, lr,
                               recipes, replication, stream)
 from trainer.findings.claim import VERDICTS, Finding
@@ -68,7 +68,7 @@ def _extra_seeds(ref: Reference) -> str:
     rule = ("A part that reads underpowered at the pre-registered seeds gets the variants it "
             "reads run up to 10 seeds, once (reference and python settings), and is judged again "
             "on all of them; decided parts keep their judgement.")
-    plan = read_json(ref.root / EXTRA / extra.PLAN_FILE)
+    plan = extra.read_plan(ref.root)
     if not plan:
         return rule + " No extra seeds have been run here yet."
     made = {r.name.split("/", 1)[1] for r in ref.groups.get(EXTRA, []) if r.finished}
