@@ -288,7 +288,8 @@ def _uncovered(ref: Reference, relpath: str, names: list[str]) -> list:
         have = {int(r["seed"]) for r in ref._rows(relpath)}
         return [s for s in range(MAX_SEEDS) if s not in have]
     paths = (ref.root / relpath, *((ref.root / EXTRA / relpath,) if ref.extra else ()))
-    covered = {"/".join(Path(run.name).parts[-2:]) for path in paths for run in ref._runs_read(path)}
+    covered = {"/".join(Path(run.name).parts[-2:])
+               for path in paths for run in ref._runs_read(path)}
     return [n for n in names if n not in covered]
 
 
