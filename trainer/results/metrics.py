@@ -157,13 +157,15 @@ class Interval:
 
 def _g(x: float, step: float = 0.0) -> str:
     """``x`` to 3 significant digits, or more (up to 6) until its last digit is at the second
-    significant digit of ``step`` (an interval's half-width: the value's resolution)."""
+    significant digit of ``step`` (an interval's half-width: the value's resolution); with a
+    ``step``, trailing zeros are kept (an interval's values all read to its resolution)."""
     if math.isinf(x):
         return "∞" if x > 0 else "-∞"
-    digits = 3
-    if x != 0 and math.isfinite(step) and step > 0:
-        digits = min(6, max(3, math.floor(math.log10(abs(x))) - math.floor(math.log10(step)) + 2))
-    return f"{x:.{digits}g}"
+    if x == 0 or not (math.isfinite(step) and step > 0):
+        return f"{x:.3g}"
+    digits = min(6, max(3, math.floor(math.log10(abs(x))) - math.floor(math.log10(step)) + 2))
+    s = f"{x:#.{digits}g}"  # "#": trailing zeros kept, so that 2.0004 reads 2.000, not 2
+    return s if "e" in s else s.rstrip(".")
 
 
 def _logs(xs: list[float]) -> list[float]:
