@@ -112,7 +112,8 @@ def test_extra_seeds_rejudge_the_underpowered_part_and_leave_the_decided_one(bas
     again = X.judged(core.f3, Reference(root))
     assert [p.mark for p in again.parts] == ["✓", "✓"]
     assert again.verdict == "yes"
-    assert "n = 10" in again.parts[0].stat and first.parts[0].stat in again.parts[0].stat
+    assert "n = 10" in again.parts[0].stat and again.parts[0].before == first.parts[0].stat
+    assert again.parts[0].statistic.startswith(f"with the extra seeds, {again.parts[0].stat}")
     assert again.parts[1] == first.parts[1]  # decided at the pre-registered seeds: kept
 
 

@@ -31,7 +31,8 @@ class Part:
     the interval straddles the margin, or clears it with a seed on the other side), None
     without it when the part cannot be judged (``why`` says which precondition failed: a
     compared variant trains at no rate tried, a population is empty). ``stat``: the statistic
-    it read (a paired difference with its interval and margin), printed beside it.
+    it read (a paired difference with its interval and margin), printed beside it; ``before``:
+    when extra seeds re-judged the part, its statistic at the pre-registered seeds alone.
     """
 
     text: str
@@ -40,6 +41,14 @@ class Part:
     why: str = ""
     underpowered: bool = False
     stat: str = ""
+    before: str = ""
+
+    @property
+    def statistic(self) -> str:
+        """``stat`` as the page prints it: with the pre-registered seeds' after it, if any."""
+        if not self.before:
+            return self.stat
+        return f"with the extra seeds, {self.stat}; at the pre-registered seeds, {self.before}"
 
     @property
     def reason(self) -> str:

@@ -159,7 +159,8 @@ def needs(ref: Reference, claim: str, text: str) -> Needs | None:
 
 def judged(claim, ref: Reference) -> Finding:
     """``claim(ref)`` at the pre-registered seeds; each part underpowered there whose extra
-    seeds (``extra/plan.json``) are all in re-judged on every seed (its statistic says both),
+    seeds (``extra/plan.json``) are all in re-judged on every seed (``Part.before`` keeps the
+    pre-registered seeds' statistic),
     one still short of them says how many it has; the rest as they were."""
     first = claim(ref)
     plan = read_plan(ref.root) if ref.has_extra() else None
@@ -179,8 +180,7 @@ def judged(claim, ref: Reference) -> Finding:
         if have < want:  # a plan in progress: judged when all of it is in, not on part of it
             first.parts[i] = replace(p, stat=f"{p.stat}; extra seeds: {have} of {want} in")
         elif q is not None and q.stat != p.stat:
-            first.parts[i] = replace(q, stat=f"{q.stat}; with the extra seeds (at the "
-                                             f"pre-registered seeds: {p.stat})")
+            first.parts[i] = replace(q, before=p.stat)
             redone = True
     if redone:
         first.lines += [f"with the extra seeds: {x}" for x in second.lines if x not in first.lines]

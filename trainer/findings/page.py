@@ -76,7 +76,7 @@ def _extra_seeds(ref: Reference) -> str:
     return (rule + f" Here: {len(plan['parts'])} part(s), {len(plan['runs'])} new run(s), "
             f"{done} of them made (`{EXTRA}/`, plan in `{EXTRA}/{extra.PLAN_FILE}`); a part is "
             "re-judged once every run and analysis row its plan lists is in, and its statistic "
-            "then says \"with the extra seeds\" and gives the pre-registered seeds' beside it "
+            "then says \"with the extra seeds\" and gives the pre-registered seeds' after it "
             "(until then, how much of its plan is in).")
 
 
@@ -162,7 +162,7 @@ def _plateau(ref) -> list[str]:
 
 def _part(p) -> str:
     kind = "control" if p.control else "evidence"
-    stat = f": {p.stat}" if p.stat else ""
+    stat = f": {p.statistic}" if p.stat else ""
     return f"- {p.mark} {p.text} ({kind}){stat}" + (f" — {p.reason}" if p.reason else "")
 
 

@@ -79,7 +79,7 @@ def across(judged: dict, cid: str) -> list[str]:
     lines = [("**Its verdict changes across settings.**" if len(verdicts) > 1 else
               "The same verdict in every setting judged so far.") + " In the other settings:"]
     for setting, f in done.items():
-        parts = "; ".join(f"{p.mark} {p.text}" + (f": {p.stat}" if p.stat else "")
+        parts = "; ".join(f"{p.mark} {p.text}" + (f": {p.statistic}" if p.stat else "")
                           + (f" ({p.reason})" if p.reason else "")
                           for p in f.parts if not p.control)
         lines.append(f"- {setting} ({SETTINGS[setting][1]}): {VERDICTS[f.verdict]}"
@@ -183,7 +183,8 @@ def summary_group(verdicts: list[str]) -> str:
 
 def summary(judged: dict, refs: dict[str, Reference], titles: dict[str, str]) -> list[str]:
     """The opening lines: one per group (claims linked, with per-setting verdicts where they
-    differ and the statistic of the first refuted part where a claim does not hold), then the
+    differ and the statistic of the first refuted part where a claim does not hold, on all its
+    seeds), then the
     lowest test loss per setting."""
     groups: dict[str, list[str]] = {g: [] for g in GROUPS}
     for cid, row in judged.items():
