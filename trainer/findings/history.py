@@ -34,9 +34,6 @@ WHY = {
         without warm-up is better, not worse: refuted as before""",
     "F8": """its evidence, BN's outputs moving with the partners' lengths in training mode, holds
         by definition (batch statistics): a control now, so "checks only" """,
-    "F11": """"Pre-LN holds with depth" is a null now (one-sided, paired): its interval straddles
-        the margin; no norm's gap growth and the 12-block comparison with no norm straddle theirs
-        too: underpowered, where the first rule read them as failing""",
     "F14": """DyT now runs by its authors' recipe (a learnable embedding scalar, the stream at
         std 1 at init): the α chosen on validation (0.5) trains on two seeds of three and stays
         at the plateau on the third, so "trains" and "matches Pre-LN" straddle their margins;
