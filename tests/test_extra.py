@@ -175,3 +175,48 @@ def test_a_new_seed_trains_from_its_seed_zero_runs_config(tmp_path):
     extra = Reference(root).with_extra()
     assert {r.name for r in extra.groups["best"]} == {"best/norm=layer",
                                                       "extra/best/norm=layer,seed=3"}
+
+
+def test_a_run_is_reproduced_for_an_analysis_until_its_reproduction_passes(tmp_path, monkeypatch):
+    """Where an analysis finds a run's final checkpoint: the run's own (nothing to do), else
+    ``runs/ckpt/SETTING/...`` once a passing reproduction is there; an unfinished or mismatched
+    reproduction is resumed or compared again (``--reuse``), never taken as done."""
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "reference"
+    run = root / "best" / "norm=layer"
+    (run / "checkpoints").mkdir(parents=True)
+    ref = Reference(root)
+    out, command = X._checkpoint(ref, "best/norm=layer")
+    assert command[3:] == ["reproduce", str(run), "--out", str(out)]  # nothing there yet
+    assert out == Path("runs/ckpt/reference/best/norm=layer")
+    out.mkdir(parents=True)
+    assert X._checkpoint(ref, "best/norm=layer")[1][-1] == "--reuse"  # unfinished: resumed
+    (out / "reproduce.json").write_text(json.dumps({"verdict": "MISMATCH"}))
+    assert X._checkpoint(ref, "best/norm=layer")[1][-1] == "--reuse"  # compared again
+    (out / "reproduce.json").write_text(json.dumps({"verdict": "IDENTICAL"}))
+    assert X._checkpoint(ref, "best/norm=layer") == (out, None)
+    (run / "checkpoints" / "ckpt-1.index").write_text("")  # its own checkpoint comes first
+    assert X._checkpoint(ref, "best/norm=layer") == (run, None)
+
+
+@pytest.mark.slow
+def test_the_runs_the_analyses_read_are_reproduced_once_in_parallel(tmp_path, monkeypatch):
+    """The runner (real training): a run without checkpoints that two analyses read is
+    reproduced once, its reproduction verified against it; an analysis already written asks
+    for nothing."""
+    root = tmp_path / "reference"
+    runs = train_runs(root / "best", {n: ["runtime.xla=false", "train.lr=0.002", f"model.norm={n}"]
+                                      for n in ("layer", "none")})
+    for path in runs.values():
+        shutil.rmtree(path / "checkpoints")  # as committed: results keep no checkpoints
+    monkeypatch.chdir(tmp_path)  # runs/ckpt/ is under the working directory
+    (root / EXTRA / "analysis").mkdir(parents=True)
+    (root / EXTRA / X.DECODE).write_text("run\n")  # written already: its runs are not needed
+    plan = X.Plan(analyses={X.STREAM: ["best/layer"], X.BATCH_SIZE: ["best/layer"],
+                            X.DECODE: ["best/none"]})
+    X._reproduce_for_analyses(Reference(root), plan, parallel=2)
+    made = sorted(p.parent.name for p in Path("runs/ckpt").rglob("reproduce.json"))
+    assert made == ["layer"]
+    verdict = json.loads((Path("runs/ckpt/reference/best/layer") / "reproduce.json").read_text())
+    assert verdict["verdict"] in ("IDENTICAL", "WITHIN TOLERANCE")
+    assert X._checkpoint(Reference(root), "best/layer")[1] is None

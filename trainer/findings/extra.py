@@ -40,7 +40,7 @@ from trainer.findings.reference import EXTRA, Reference
 from trainer.findings.thresholds import (DYT_RECIPE_ALPHA, EMBED_UNIT_SCALE, EXTRA_SEED_SETTINGS,
                                          MAX_SEEDS, REPLICATED)
 from trainer.provenance import read_stamp
-from trainer.rundir import CONFIG, SUMMARY
+from trainer.rundir import CONFIG
 
 PLAN_FILE = "plan.json"
 GRAD_PROFILE = "init/grad_profile.csv"  # no runs: ``analyze grad-profile`` over seeds
@@ -332,8 +332,27 @@ def run_plan(ref: Reference, plan: Plan, parallel: int) -> None:
                      list(configs), parallel)
         with writing("sweep tables", root / group):
             summarize(root / group)
+    _reproduce_for_analyses(ref, plan, parallel)
     for relpath, todo in plan.analyses.items():
         _analyse(ref, relpath, todo)
+
+
+def _reproduce_for_analyses(ref: Reference, plan: Plan, parallel: int) -> None:
+    """Reproduce, ``parallel`` at a time, the runs without a checkpoint that the analyses still
+    to write read (each once, however many analyses read it), so ``_analyse`` finds them."""
+    from trainer.launch import run_local
+
+    names = sorted({name for relpath, todo in plan.analyses.items()
+                    if relpath != GRAD_PROFILE and not (ref.root / EXTRA / relpath).is_file()
+                    for name in todo})
+    commands = [command for name in names if (command := _checkpoint(ref, name)[1])]
+    if not commands:
+        return
+    codes = run_local(commands, parallel, desc="extra seeds: reproduce", reuse=False)
+    failed = [c[4] for c, code in zip(commands, codes) if code != 0]
+    if failed:
+        raise ConfigError(f"extra seeds: reproducing {', '.join(failed)} failed "
+                          f"(rerun the same command to resume)")
 
 
 def _analyse(ref: Reference, relpath: str, todo: list) -> None:
@@ -368,21 +387,35 @@ def _without(options: list[str], names: tuple[str, ...]) -> list[str]:
 
 
 def _checkpointed(ref: Reference, name: str) -> Path:
-    """A run directory with the final checkpoint of run GROUP/RUN: its own (an extra run made
-    here, or a base run made on this machine), or ``runs/ckpt/SETTING/GROUP/RUN`` reproduced
-    (verified against the committed curves by ``reproduce``)."""
+    """A run directory with the final checkpoint of run GROUP/RUN, reproduced first if need be
+    (``_checkpoint``)."""
+    out, command = _checkpoint(ref, name)
+    if command:
+        subprocess.run(command, check=True)
+    return out
+
+
+def _checkpoint(ref: Reference, name: str) -> tuple[Path, list[str] | None]:
+    """Where the final checkpoint of run GROUP/RUN is, and the command that makes it (None when
+    it is there): its own run directory (an extra run made here, or a base run made on this
+    machine), else ``runs/ckpt/SETTING/GROUP/RUN`` reproduced (verified against the committed
+    curves by ``reproduce``: done once its verdict passes)."""
+    from trainer.atomic import read_json
+    from trainer.reproduce import PASS, VERDICT_FILE
+
     group, run = name.split("/", 1)
     for path in (ref.root / EXTRA / group / run, ref.root / group / run):
         if path.is_dir() and list(path.glob("checkpoints/*.index")):
-            return path
+            return path, None
     source = ref.root / group / run
     if not source.is_dir():
         source = ref.root / EXTRA / group / run
     out = Path("runs/ckpt") / ref.setting / group / run
-    if not (out / SUMMARY).is_file():
-        subprocess.run([sys.executable, "-m", "trainer", "reproduce", str(source), "--out",
-                        str(out)], check=True)
-    return out
+    if read_json(out / VERDICT_FILE).get("verdict") in PASS:
+        return out, None
+    resume = ["--reuse"] if out.is_dir() else []  # an unfinished one resumes, a mismatch is shown
+    return out, [sys.executable, "-m", "trainer", "reproduce", str(source), "--out", str(out),
+                 *resume]
 
 
 def describe(plan: Plan) -> list[str]:
@@ -398,7 +431,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                            "results/replication/python)")
     p.add_argument("--setting", help="reference or a replication setting (default: the root's "
                                      "folder name)")
-    p.add_argument("--parallel", type=int, default=1, help="runs at once (default 1)")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="runs, and reproductions the analyses need, at once (default 1)")
     p.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
 
 
