@@ -191,8 +191,12 @@ def test_a_run_is_reproduced_for_an_analysis_until_its_reproduction_passes(tmp_p
     assert out == Path("runs/ckpt/reference/best/norm=layer")
     out.mkdir(parents=True)
     assert X._checkpoint(ref, "best/norm=layer")[1][-1] == "--reuse"  # unfinished: resumed
-    (out / "reproduce.json").write_text(json.dumps({"verdict": "MISMATCH"}))
+    assert "failed (rerun the same command" in X._not_reproduced(str(run), out, 1)
+    text = "MISMATCH: summary final_eval_loss: ...; different instruction sets: ..."
+    (out / "reproduce.json").write_text(json.dumps({"verdict": "MISMATCH", "text": text}))
     assert X._checkpoint(ref, "best/norm=layer")[1][-1] == "--reuse"  # compared again
+    why = X._not_reproduced(str(run), out, 3)  # says what differs; rerunning does not help
+    assert "did not reproduce" in why and "(and 2 more)" in why and why.endswith(text)
     (out / "reproduce.json").write_text(json.dumps({"verdict": "IDENTICAL"}))
     assert X._checkpoint(ref, "best/norm=layer") == (out, None)
     (run / "checkpoints" / "ckpt-1.index").write_text("")  # its own checkpoint comes first

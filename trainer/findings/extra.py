@@ -349,10 +349,23 @@ def _reproduce_for_analyses(ref: Reference, plan: Plan, parallel: int) -> None:
     if not commands:
         return
     codes = run_local(commands, parallel, desc="extra seeds: reproduce", reuse=False)
-    failed = [c[4] for c, code in zip(commands, codes) if code != 0]
+    failed = [command for command, code in zip(commands, codes) if code != 0]
     if failed:
-        raise ConfigError(f"extra seeds: reproducing {', '.join(failed)} failed "
-                          f"(rerun the same command to resume)")
+        raise ConfigError(_not_reproduced(failed[0][4], Path(failed[0][6]), len(failed)))
+
+
+def _not_reproduced(source: str, out: Path, count: int) -> str:
+    """One error line for reproductions that failed: a mismatch (its verdict's text, which names
+    what differs, e.g. the machine's instruction sets) is not resumed by rerunning."""
+    from trainer.atomic import read_json
+    from trainer.reproduce import VERDICT_FILE
+
+    more = f" (and {count - 1} more)" if count > 1 else ""
+    text = read_json(out / VERDICT_FILE).get("text")
+    if text:
+        return (f"extra seeds: {source}{more} did not reproduce in {out}, so its checkpoint cannot "
+                f"stand in for the run's: {text}")
+    return f"extra seeds: reproducing {source}{more} failed (rerun the same command to resume)"
 
 
 def _analyse(ref: Reference, relpath: str, todo: list) -> None:
