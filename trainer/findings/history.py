@@ -44,8 +44,10 @@ WHY = {
         0.44 … 1.12: refuted). α 1.0 trains on every seed (2.33) but 0.26 nats behind Pre-LN.
         Without the recipe no α left the plateau (the archived page's "inconclusive")""",
     "F15": """it compares the BN model with the LN model served at batch 1 (BN's running
-        statistics make the serving batch irrelevant); the paired intervals for naive BN (+0.143,
-        95 % −0.040 … +0.326) and masked BN straddle the margin at 3 seeds: underpowered""",
+        statistics make the serving batch irrelevant), paired by seed. At 3 seeds both parts
+        straddled the margin (naive BN +0.143, 95 % −0.040 … +0.326); with the extra-seed rule's
+        10, naive BN is shown worse (+0.150, 95 % +0.116 … +0.183) and masked BN is refuted
+        (+0.011, 95 % −0.018 … +0.040, against 0.05): partly""",
 }
 
 _VERDICT = re.compile(r"^Verdict: (.+?)\. Falsified by", re.M)  # as page.render_page writes it
