@@ -48,6 +48,22 @@ def test_a_setting_is_judged_by_the_same_claims_on_its_own_runs(results):
     assert s.split(" | ")[1:3] == ["yes (✓)", "yes (✓)"]
 
 
+def test_the_lowest_test_loss_is_named_only_once_every_headline_variant_is_in(tmp_path):
+    """A setting whose ``best`` is in for some variants only names no lowest variant."""
+    import shutil
+    build(tmp_path)
+    ref = Reference(tmp_path)
+    rows = R.loss_rows(ref)
+    assert all(r["interval"] for r in rows)
+    name, mean = R.lowest(ref)
+    assert mean == min(r["interval"].mean for r in rows) and name in {r["name"] for r in rows}
+    gone = R.variant_runs(ref, R.HEADLINE_VARIANTS[name])
+    assert gone
+    for run in gone:
+        shutil.rmtree(run.path)
+    assert R.lowest(Reference(tmp_path)) is None
+
+
 def test_the_page_opens_with_what_we_found_and_the_replication_table(results):
     text, _ = P.compose(Reference(results / "reference"))
     heads = [x for x in text.splitlines() if x.startswith("## ")]
