@@ -5,6 +5,7 @@ groups follow the pre-registered rule for every combination of verdicts."""
 from __future__ import annotations
 
 import itertools
+import shutil
 
 import pytest
 
@@ -50,7 +51,6 @@ def test_a_setting_is_judged_by_the_same_claims_on_its_own_runs(results):
 
 def test_the_lowest_test_loss_is_named_only_once_every_headline_variant_is_in(tmp_path):
     """A setting whose ``best`` is in for some variants only names no lowest variant."""
-    import shutil
     build(tmp_path)
     ref = Reference(tmp_path)
     rows = R.loss_rows(ref)
