@@ -151,7 +151,8 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
 
 # what a value needs to be a valid config (the other fields keep their defaults)
 NEEDS = {("data.source", "files"): ["data.files=corpus.txt"],
-         ("data.source", "hub"): ["data.name=wikitext"]}
+         ("data.source", "hub"): ["data.name=wikitext"],
+         ("model.residual", "deepnorm"): ["model.placement=post"]}
 MEMBERS = [(key, member) for key, choice in CHOICES.items() for member in choice]
 
 
@@ -159,7 +160,8 @@ def test_every_enum_field_is_a_choice():
     schema = OmegaConf.structured(ExperimentConfig)
     # model.norm is a plain string: a lab norm (a Norm member) or a norm from outside the lab
     # (tests/test_plugin.py)
-    str_fields = {k for k in ("model.placement", "model.residual", "model.init", "data.source",
+    str_fields = {k for k in ("model.placement", "model.residual", "model.qk_norm",
+                              "model.init", "data.source",
                               "data.corpus", "data.format", "runtime.strategy", "train.decay")}
     assert set(CHOICES) == str_fields
     for key, choice in CHOICES.items():

@@ -30,7 +30,12 @@ PROMPTS = [[1, *RNG.integers(3, VOCAB, n)] for n in (2, 6, 4, 9, 3)]
 DYT_RECIPE = {"embed_scale": 1 / (0.02 * 2 ** 0.5), "dyt_alpha_attention": 0.8,
               "dyt_alpha_ffn": 0.2, "dyt_alpha_final": 0.3}
 VARIANTS = {**{str(n): {"norm": str(n)} for n in NORMS},
-            "dyt+recipe": {"norm": "dyt", **DYT_RECIPE}}
+            "dyt+recipe": {"norm": "dyt", **DYT_RECIPE},
+            # the placements, DeepNorm and QK-norm (the cached keys are the normalised ones)
+            "peri+qk_rms": {"placement": "peri", "qk_norm": "rms"},
+            "output+rms+qk_layer": {"norm": "rms", "placement": "output", "qk_norm": "layer"},
+            "deepnorm": {"placement": "post", "residual": "deepnorm"},
+            "peri+masked_batch": {"norm": "masked_batch", "placement": "peri"}}
 
 
 def _model(variant: str) -> CausalLM:

@@ -3,12 +3,13 @@
 They live here, apart from trainer.models and trainer.data, so that reading and validating a
 config never imports TensorFlow. The class docstrings name the code that implements each.
 
-``Norm``, ``Source``, ``EmbeddedCorpus`` and ``Strategy`` are the key sets of registries
-(``NORMS``, ``LOADERS``, ``CORPORA``, ``STRATEGIES``) that check at import, by ``Choice.require_keys``, that they cover exactly the
+``Norm``, ``Placement``, ``QKNorm``, ``Source``, ``EmbeddedCorpus`` and ``Strategy``
+are the key sets of registries (``NORMS``, ``PLACEMENTS``, ``QK_NORMS``, ``LOADERS``,
+``CORPORA``, ``STRATEGIES``) that check at import, by ``Choice.require_keys``, that they cover exactly the
 members, so a name cannot be valid in the config and missing in the code. The others are read by
-comparisons in the code that uses them, which nothing checks at import: ``Placement``,
-``Residual`` (the blocks), ``Init`` (``kernel_init``), ``Decay`` (``make_schedule``) and
-``Format`` (``resolve``, the ``datasets`` builder).
+comparisons in the code that uses them, which nothing checks at import: ``Residual`` (the
+blocks), ``Init`` (``kernel_init``), ``Decay`` (``make_schedule``) and ``Format`` (``resolve``,
+the ``datasets`` builder).
 """
 
 from __future__ import annotations
@@ -73,8 +74,14 @@ Norm = _choice("Norm", " ".join(NORM_TABLE),
                "The lab's own norms: the rows of trainer.norm_names.NORM_TABLE, which are the "
                "keys of the norm registry, trainer.models.norms.NORMS. model.norm also takes a "
                "norm from outside the lab (FILE.py:Class, package.module:Class).")
-Placement = _choice("Placement", "pre post", "model.placement: pre: h = x + F(N(x)) (+ final "
-                    "norm); post: h = N(x + F(x)).")
+Placement = _choice("Placement", "pre post peri output",
+                    "model.placement: pre: h = x + F(N(x)) (+ final norm); post: h = N(x + F(x)); "
+                    "peri: h = x + N_out(F(N_in(x))) (+ final norm; Peri-LN, Gemma 2's sandwich); "
+                    "output: h = x + N(F(x)) (+ final norm; OLMo 2's reordered norm). The table "
+                    "is trainer.models.block.PLACEMENTS.")
+QKNorm = _choice("QKNorm", "none layer rms",
+                 "model.qk_norm: a norm on the queries and on the keys, per head over the head "
+                 "dimension, before their dot product (trainer.models.attention.QK_NORMS).")
 Init = _choice("Init", "normal xavier scaled",
                "model.init: the schemes of trainer.models.block.kernel_init.")
 Source = _choice("Source", "embedded hub files",
@@ -92,12 +99,14 @@ Decay = _choice("Decay", "cosine constant", "train.decay: the learning rate afte
 
 
 class Residual(Choice):
-    """model.residual: true | false (no add op at all) | rezero (x + a*F, a init 0). YAML writes
+    """model.residual: true | false (no add op at all) | rezero (x + a*F, a init 0) | deepnorm
+    (post only: N(alpha*x + F), alpha and the init gain beta from the depth, DeepNet). YAML writes
     the first two as booleans; the value is read case-insensitively (``_missing_``), and the
     loader turns YAML booleans into members before OmegaConf sees them."""
     true = enum.auto()
     false = enum.auto()
     rezero = enum.auto()
+    deepnorm = enum.auto()
 
     @classmethod
     def _missing_(cls, value):

@@ -24,11 +24,11 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from trainer.choices import (Choice, ConfigError, Decay, EmbeddedCorpus, Format, Init, Norm,
-                             Placement, Residual, Source, Strategy)
+                             Placement, QKNorm, Residual, Source, Strategy)
 from trainer.norm_names import plugin_target
 
 __all__ = ["CHOICES", "Choice", "ConfigError", "Decay", "ExperimentConfig", "Format", "Init",
-           "Norm", "Placement", "Residual", "Source", "Strategy", "check_dyt_alphas", "check_norm",
+           "Norm", "Placement", "QKNorm", "Residual", "Source", "Strategy", "check_dyt_alphas", "check_norm",
            "check_residual", "load_config",
            "network_key", "resolve", "to_dict", "to_yaml", "validate"]
 
@@ -41,8 +41,15 @@ class ModelConfig:
     # normalization in every block: a name of trainer.norm_names.NORM_TABLE, or a norm from
     # outside the lab, FILE.py:Class or package.module:Class (trainer/models/plugin.py)
     norm: str = "layer"
-    placement: Placement = Placement.pre  # pre: h = x + F(N(x)) (+ final norm); post: h = N(x + F(x))
-    residual: Residual = Residual.true  # true | false (no add op at all) | rezero (x + a*F, a init 0)
+    # pre: h = x + F(N(x)) | post: h = N(x + F(x)) | peri: h = x + N_out(F(N_in(x))) (Peri-LN)
+    # | output: h = x + N(F(x)) (OLMo 2); every placement but post adds a final norm
+    placement: Placement = Placement.pre
+    # true | false (no add op at all) | rezero (x + a*F, a init 0) | deepnorm (post only:
+    # N(alpha*x + F), alpha = (2L)^(1/4), V/out/FFN init scaled by beta = (8L)^(-1/4); DeepNet)
+    residual: Residual = Residual.true
+    # a norm on queries and keys, per head over the head dimension, before q.k (QK-norm):
+    # none | layer (LayerNorm, scale only; Dehghani et al. 2023) | rms (RMSNorm)
+    qk_norm: QKNorm = QKNorm.none
     num_layers: int = 4  # number of Transformer blocks
     dim: int = 128  # width of the residual stream
     num_heads: int = 4  # attention heads (dim must divide evenly)
@@ -104,6 +111,9 @@ class TrainConfig:
     log_every: int = 10  # steps between training summaries
     checkpoint_every: int = 100  # steps between checkpoints (the last step always saves)
     loss_upper_bound: float = 1e4  # a loss above this counts as diverged
+    # coefficient of the z-loss, z * mean(log Z^2) over real tokens, log Z = logsumexp(logits)
+    # (PaLM: 1e-4); added to the loss that is differentiated, never to the loss that is reported
+    z_loss: float = 0.0
     # validation prompts continued greedily (32 tokens) at each evaluation, written to the eval
     # run's Text tab (tag samples); 0 = off. Changes no training number.
     samples: int = 4
@@ -267,13 +277,22 @@ def resolve(cfg: DictConfig) -> None:
                            else Format.text)
 
 
-def check_residual(placement: str, residual: str) -> None:
-    """The one rule joining placement and residual; ``validate`` and ``Block`` both apply it."""
-    if Residual.parse(residual, "model.residual") == Residual.rezero and \
-            Placement.parse(placement, "model.placement") == Placement.post:
+def check_residual(placement: str, residual: str, norm: str = Norm.layer) -> None:
+    """The rules joining placement, residual and norm; ``validate`` and ``Block`` both apply
+    them: ReZero gates a branch that a norm must not renormalise (not post), and DeepNorm is
+    Post-LN's up-weighted residual (post only, with a norm)."""
+    residual = Residual.parse(residual, "model.residual")
+    placement = Placement.parse(placement, "model.placement")
+    if residual == Residual.rezero and placement == Placement.post:
         raise ConfigError("model.residual=rezero with model.placement=post means nothing: "
                           "post-norm renormalizes x + a*F, so ReZero's gated identity at init is "
                           "lost; use placement=pre")
+    if residual == Residual.deepnorm and placement != Placement.post:
+        raise ConfigError(f"model.residual=deepnorm with model.placement={placement} means "
+                          f"nothing: DeepNorm is post-norm's N(alpha*x + F(x)); use placement=post")
+    if residual == Residual.deepnorm and str(norm) == Norm.none:
+        raise ConfigError("model.residual=deepnorm with model.norm=none means nothing: without "
+                          "the norm, alpha*x + F(x) grows by alpha every block; pick a norm")
 
 
 def check_norm(value) -> str:
@@ -325,7 +344,7 @@ def validate(cfg: DictConfig) -> None:
     if not 0 <= m.dropout < 1:
         raise ConfigError(f"model.dropout must be in [0, 1), got {m.dropout}")
     check_norm(m.norm)
-    check_residual(m.placement, m.residual)
+    check_residual(m.placement, m.residual, m.norm)
     check_dyt_alphas(m)
     if m.embed_scale is not None:
         positive("model.embed_scale", m.embed_scale)
@@ -354,8 +373,8 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError(f"train.warmup_steps must be in [0, train.steps], got {t.warmup_steps}")
     if t.samples < 0:
         raise ConfigError(f"train.samples must be >= 0 (0 = off), got {t.samples}")
-    if t.clip_norm < 0 or t.weight_decay < 0:
-        raise ConfigError("train.clip_norm and train.weight_decay must be >= 0")
+    if t.clip_norm < 0 or t.weight_decay < 0 or t.z_loss < 0:
+        raise ConfigError("train.clip_norm, train.weight_decay and train.z_loss must be >= 0")
 
 
 def network_key(cfg: DictConfig) -> str:

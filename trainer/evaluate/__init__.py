@@ -10,6 +10,10 @@ NORM is a lab norm (`layer`, `batch`, …) or one from outside the lab (``PATH.p
   it, the test split, against the baselines at the same budget (``protocol``), then the
   properties at init and trained.
 
+`--placement pre|post|peri|output` puts the norm in that placement (``model.placement``) for
+the checks and the runs; the baselines stay the lab's norms in Pre placement, and the report
+says which placement was tested.
+
 It writes ``DIR/report.json`` and ``DIR/report.md`` (``report``), the learning-rate figure, and
 the runs under ``DIR/lr`` and ``DIR/best``. A bad NORM is one error line (exit 2) before
 anything is trained or written.
@@ -24,6 +28,7 @@ import argparse
 from pathlib import Path
 
 from trainer import rundir
+from trainer.choices import Placement
 from trainer.config import ConfigError, check_norm
 
 BUDGET_NAMES = ("checks", "quick", "reference")
@@ -35,18 +40,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", choices=BUDGET_NAMES, default="checks",
                    help="checks: properties only, no training (default); quick: the 2-block "
                    "model, ≤ 25 min on 2 cores; reference: the reference model and protocol")
+    p.add_argument("--placement", choices=[str(x) for x in Placement], default="pre",
+                   help="where the norm sits in each block (model.placement; default pre); "
+                   "the baselines stay Pre")
     p.add_argument("--seeds", type=int, default=3, help="seeds at the best rate (default 3)")
     p.add_argument("--out", help="report and runs directory (default: "
-                   "runs/evaluate-norm/<norm>-<budget>)")
+                   "runs/evaluate-norm/<norm>[-<placement>]-<budget>)")
     p.add_argument("--parallel", type=int, default=2, help="runs at once (default 2)")
 
 
-def default_out(norm: str, budget: str) -> Path:
-    """``runs/evaluate-norm/<name>-<budget>``: the class name for a norm from outside the lab."""
+def default_out(norm: str, budget: str, placement: str = "pre") -> Path:
+    """``runs/evaluate-norm/<name>-<budget>`` (``<name>-<placement>-<budget>`` outside Pre):
+    the class name for a norm from outside the lab."""
     from trainer.norm_names import plugin_target
 
     found = plugin_target(norm)
-    return Path("runs") / "evaluate-norm" / f"{found[2] if found else norm}-{budget}"
+    where = "" if placement == Placement.pre else f"-{placement}"
+    return Path("runs") / "evaluate-norm" / f"{found[2] if found else norm}{where}-{budget}"
+
+
+def placement_overrides(placement: str) -> tuple[str, ...]:
+    """The config overrides that put the evaluated norm in ``placement`` (none for Pre, so a
+    Pre evaluation's configs and runs are what they were before the option existed)."""
+    return () if placement == Placement.pre else (f"model.placement={placement}",)
 
 
 def _model(norm: str, overrides=(), seed: int = 0):
@@ -89,10 +105,12 @@ def main(args) -> int:
     from trainer.findings.thresholds import INVARIANT_MAX
     from trainer.provenance import git_dirty, git_sha
 
-    out = Path(args.out) if args.out else default_out(norm, args.budget)
-    init = measure(_model(norm))  # also checks a plugin's contract before any run
+    placement = args.placement
+    out = Path(args.out) if args.out else default_out(norm, args.budget, placement)
+    init = measure(_model(norm, placement_overrides(placement)))  # a plugin's contract first
     out.mkdir(parents=True, exist_ok=True)
     rep = {"norm": norm, "display": report.display(norm), "budget": args.budget,
+           "placement": placement,
            "seeds": args.seeds, "git_sha": git_sha(), "git_dirty": git_dirty(),
            "invariant_max": INVARIANT_MAX, "properties": {"init": init, "trained": None},
            "baselines": {}, "runs": []}
@@ -129,7 +147,8 @@ def _protocol(rep: dict, norm: str, budget, out: Path, args) -> None:
     if budget.name == "reference":
         rep["reproduction"] = {"run": protocol.REPRODUCED, **protocol.reproduce_baseline(budget)}
     baselines = protocol.baseline_outcomes(budget, args.seeds, args.parallel, model)
-    outcome = protocol.run_protocol(norm, budget, out, args.seeds, args.parallel)
+    outcome = protocol.run_protocol(norm, budget, out, args.seeds, args.parallel,
+                                    placement_overrides(rep["placement"]))
     rep["numbers"] = report.outcome_numbers(outcome)
     rep["baselines"] = {name: report.outcome_numbers(b) for name, b in baselines.items()}
     rep["token_baselines"] = outcome.baselines

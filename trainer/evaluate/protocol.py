@@ -74,28 +74,31 @@ class Outcome:
     baselines: dict | None = None  # unigram/bigram of the runs' validation tokens
 
 
-def _spec(path: Path, budget: Budget, norm: str, rates, seeds) -> Path:
-    """The sweep spec of one sub-sweep, its base relative to it (the same file on any machine)."""
+def _spec(path: Path, budget: Budget, norm: str, rates, seeds, extra=()) -> Path:
+    """The sweep spec of one sub-sweep, its base relative to it (the same file on any machine);
+    ``extra``: overrides after the norm's (e.g. its placement)."""
     base = os.path.relpath(budget.config.resolve(), path.parent.resolve())
-    body = {"base": base, "overrides": [*budget.overrides, f"model.norm={norm}"],
+    body = {"base": base, "overrides": [*budget.overrides, f"model.norm={norm}", *extra],
             "grid": {"train.lr": [float(r) for r in rates]}, "seeds": list(seeds)}
     write_text(path, yaml.safe_dump(body, sort_keys=False))
     return path
 
 
-def run_protocol(norm: str, budget: Budget, out: Path, seeds: int, parallel: int) -> Outcome:
-    """Train ``norm`` at ``budget`` into ``out`` (skipping finished runs) and read it back."""
+def run_protocol(norm: str, budget: Budget, out: Path, seeds: int, parallel: int,
+                 extra=()) -> Outcome:
+    """Train ``norm`` at ``budget`` into ``out`` (skipping finished runs) and read it back;
+    ``extra``: more overrides of every run (``placement_overrides``)."""
     from trainer.sweep import run_sweep
 
     out.mkdir(parents=True, exist_ok=True)
-    run_sweep(str(_spec(out / f"{GRID}.yaml", budget, norm, budget.rates, [0])),
+    run_sweep(str(_spec(out / f"{GRID}.yaml", budget, norm, budget.rates, [0], extra)),
               str(out / GRID), parallel)
     grid = read_outcome(norm, out)
     if grid.variant is None or grid.variant.best_lr is None:
         return grid  # trains at no rate without diverging: nothing to seed
     if seeds > 1:
         run_sweep(str(_spec(out / f"{SEEDS}.yaml", budget, norm, [grid.variant.best_lr],
-                            range(1, seeds))), str(out / SEEDS), parallel)
+                            range(1, seeds), extra)), str(out / SEEDS), parallel)
     return read_outcome(norm, out)
 
 

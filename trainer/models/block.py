@@ -1,8 +1,14 @@
 """One Transformer block, written as the equations in README.md ("The variants").
 
-    pre : h = x + F(N(x))        post: h = N(x + F(x))
-    residual=false drops the ``x +`` (no add op in the graph);
-    rezero (pre only) gives x + a * F(.), a learnable scalar per sublayer, 0 at init.
+Each placement is one function of a sublayer F (attention, then the FFN), in ``PLACEMENTS``:
+
+    pre   : h = x + F(N(x))                  post  : h = N(x + F(x))
+    peri  : h = x + N_out(F(N_in(x)))        output: h = x + N(F(x))
+
+residual=false drops the ``x +`` (no add op in the graph); rezero (not post) gives
+x + a * (.), a learnable scalar per sublayer, 0 at init; deepnorm (post only) gives
+N(alpha * x + F(x)) with alpha = (2L)^(1/4), and scales the initial value, attention-output and
+FFN weights by beta = (8L)^(-1/4) (DeepNet's decoder-only constants, L blocks).
 """
 
 from __future__ import annotations
@@ -106,7 +112,7 @@ def model_config(config=None, **overrides) -> ModelConfig:
     if "norm" in values:
         values["norm"] = check_norm(values["norm"])
     typed = ModelConfig(**values)
-    check_residual(typed.placement, typed.residual)
+    check_residual(typed.placement, typed.residual, typed.norm)
     check_dyt_alphas(typed)
     return typed
 
@@ -124,6 +130,46 @@ def config_dict(config: ModelConfig) -> dict:
     return {k: v.value if isinstance(v, Choice) else v for k, v in dataclasses.asdict(config).items()}
 
 
+def deepnorm_constants(num_layers: int) -> tuple[float, float]:
+    """DeepNet's (alpha, beta) for a decoder-only model of ``num_layers`` blocks (Wang et al.
+    2022, Table 1): the residual's weight alpha = (2L)^(1/4) and the init gain beta = (8L)^(-1/4)."""
+    return (2 * num_layers) ** 0.25, (8 * num_layers) ** -0.25
+
+
+def _pre(block, x, branch, norms, gate, mask, training):
+    """h = x + F(N(x))"""
+    normed = block.normalize(norms[0], x, mask, training)
+    return block.add(x, branch(normed), gate), x, normed
+
+
+def _post(block, x, branch, norms, gate, mask, training):
+    """h = N(x + F(x))  (deepnorm: N(alpha * x + F(x)))"""
+    summed = block.add(x, branch(x), gate)
+    h = block.normalize(norms[0], summed, mask, training)
+    return h, summed, h
+
+
+def _peri(block, x, branch, norms, gate, mask, training):
+    """h = x + N_out(F(N_in(x)))"""
+    normed = block.normalize(norms[0], x, mask, training)
+    return block.add(x, block.normalize(norms[1], branch(normed), mask, training), gate), x, normed
+
+
+def _output(block, x, branch, norms, gate, mask, training):
+    """h = x + N(F(x))"""
+    fx = branch(x)
+    normed = block.normalize(norms[0], fx, mask, training)
+    return block.add(x, normed, gate), fx, normed
+
+
+# model.placement -> one sublayer's equation: (block, x, F, (N, N_out), gate, padding mask,
+# training) -> (h, what the sublayer's first norm saw, what it gave).
+PLACEMENTS = Placement.require_keys(
+    {Placement.pre: _pre, Placement.post: _post, Placement.peri: _peri, Placement.output: _output},
+    "PLACEMENTS")
+FINAL_NORM = (Placement.pre, Placement.peri, Placement.output)  # placements with a final norm
+
+
 @keras.saving.register_keras_serializable(package="trainer")
 class Block(keras.layers.Layer):
     """Causal self-attention + FFN, each wrapped by norm and residual as the config says."""
@@ -132,10 +178,10 @@ class Block(keras.layers.Layer):
         """Args:
             config: the model config (``cfg.model``, a ``ModelConfig`` or its dict; see
                 ``model_config``). The block reads ``norm``, ``placement``, ``residual``,
-                ``dim``, ``num_heads``, ``ffn_dim``, ``dropout``, ``norm_epsilon``,
-                ``bn_momentum``, ``dyt_alpha`` (and ``dyt_alpha_attention`` /
+                ``qk_norm``, ``dim``, ``num_heads``, ``ffn_dim``, ``dropout``,
+                ``norm_epsilon``, ``bn_momentum``, ``dyt_alpha`` (and ``dyt_alpha_attention`` /
                 ``dyt_alpha_ffn``), ``norm_affine``, ``init`` and ``num_layers`` (the depth
-                the ``scaled`` init divides by).
+                the ``scaled`` init and DeepNorm divide by).
             **kwargs: keras ``Layer`` arguments (``name``: ``block_{i}`` in ``CausalLM``).
         """
         super().__init__(**kwargs)
@@ -145,18 +191,29 @@ class Block(keras.layers.Layer):
                                         dyt_alpha=dyt_alpha(c, "attention"), **norm_kw)
         self.ffn_norm = make_norm(c.norm, name_prefix="ffn_norm", dyt_alpha=dyt_alpha(c, "ffn"),
                                   **norm_kw)
+        self.out_norms = (None, None)
+        if c.placement == Placement.peri:  # N_out of each sublayer, after N_in's
+            self.out_norms = tuple(
+                make_norm(c.norm, name_prefix=f"{where}_out_norm",
+                          dyt_alpha=dyt_alpha(c, where), **norm_kw)
+                for where in ("attention", "ffn"))
         # Q, K, V and the output projection are all d_model x d_model matrices (fans d, d).
         self.attention = CachedAttention(
-            c.num_heads, c.dim // c.num_heads, dropout=c.dropout,
+            c.num_heads, c.dim // c.num_heads, dropout=c.dropout, qk_norm=c.qk_norm,
+            qk_epsilon=c.norm_epsilon,
             kernel_initializer=kernel_init(c.init, c.dim, c.dim), name="attention")
         self.attention_dropout = keras.layers.Dropout(c.dropout)
         self.ffn = FeedForward(c.dim, c.ffn_dim, c.dropout, init=c.init, num_layers=c.num_layers,
                                name="ffn")
+        self.deepnorm_alpha, self.deepnorm_beta = deepnorm_constants(c.num_layers)
 
     def build(self, input_shape):
         c = self.config
         self.attention_norm.build(input_shape)
         self.ffn_norm.build(input_shape)
+        for norm in self.out_norms:
+            if norm is not None:
+                norm.build(input_shape)
         self.attention.build(input_shape, input_shape)
         if c.init == Init.scaled:
             # Keras' MultiHeadAttention takes one initializer for Q, K, V and the output; GPT-2
@@ -165,58 +222,69 @@ class Block(keras.layers.Layer):
             out.assign(kernel_init(Init.scaled, c.dim, c.dim, output_proj=True,
                                    num_layers=c.num_layers)(out.shape))
         self.ffn.build(input_shape)
+        if c.residual == Residual.deepnorm:
+            # DeepNet: the value, attention-output and FFN weights start beta times smaller
+            # (query and key keep gain 1); on top of model.init (xavier is the authors').
+            for kernel in (self.attention._value_dense.kernel, self.attention._output_dense.kernel,
+                           self.ffn.hidden.kernel, self.ffn.out.kernel):
+                kernel.assign(kernel * self.deepnorm_beta)
         if c.residual == Residual.rezero:
             self.attention_gate = self.add_weight(name="attention_gate", shape=(),
                                                   initializer="zeros")
             self.ffn_gate = self.add_weight(name="ffn_gate", shape=(), initializer="zeros")
 
-    def _attend(self, x, training, cache):
-        """Attention (+ dropout) and the updated key/value cache (None when not decoding)."""
-        if cache is None:
-            y, kv = self.attention(x, x, use_causal_mask=True, training=training), None
-        else:
-            y, kv = self.attention(x, x, cache=cache[0], positions=cache[1], training=training)
-        return self.attention_dropout(y, training=training), kv
-
-    def _add(self, x, fx, gate):
+    def add(self, x, fx, gate):
+        """The residual connection of one sublayer (``model.residual``)."""
         # The residual switch is structural: with residual=false no add op is built at all.
         if self.config.residual == Residual.false:
             return fx
         if self.config.residual == Residual.rezero:
             return x + gate * fx
+        if self.config.residual == Residual.deepnorm:
+            return self.deepnorm_alpha * x + fx
         return x + fx
 
-    def _normalize(self, norm, x, padding_mask, training):
-        # Norms compute in float32; the stream returns to the compute dtype (bf16 when mixed).
+    def normalize(self, norm, x, padding_mask, training):
+        """``norm`` of ``x``: computed in float32, returned in the stream's compute dtype."""
         return ops.cast(norm(x, padding_mask=padding_mask, training=training), x.dtype)
 
     def call(self, x, padding_mask=None, training=None, return_internals=False, cache=None):
         """x: (B, T, C) residual stream; padding_mask: (B, T), 1 = real token.
 
-        With ``return_internals`` also returns ``{"norm_input", "normed", "ffn_norm_input"}``:
-        what the block's first norm saw and what it produced (telemetry and BN-drift probes read
-        them), and what its second (FFN) norm saw (the DyT saturation probe).
+        With ``return_internals`` also returns ``{"norm_input", "normed", "ffn_norm_input",
+        "attention"}``: what the block's first norm saw and what it produced (telemetry and
+        BN-drift probes read them), what its FFN sublayer's first norm saw (the DyT saturation
+        probe), and the attention instruments (``attention.attention_stats``).
         With ``cache`` = (key/value cache (B, 2, L, heads, head_dim), positions (B, T)) it
         decodes: x holds only the new tokens, and the updated cache is returned beside the
         output (``CachedAttention``).
         """
+        place = PLACEMENTS[self.config.placement]
         gates = (getattr(self, "attention_gate", None), getattr(self, "ffn_gate", None))
-        if self.config.placement == Placement.pre:
-            norm_input = x
-            normed = self._normalize(self.attention_norm, x, padding_mask, training)
-            fx, kv = self._attend(normed, training, cache)
-            x = ffn_norm_input = self._add(x, fx, gates[0])
-            h = self._normalize(self.ffn_norm, x, padding_mask, training)
-            x = self._add(x, self.ffn(h, training=training), gates[1])
-        else:
-            fx, kv = self._attend(x, training, cache)
-            x = norm_input = self._add(x, fx, gates[0])
-            x = normed = self._normalize(self.attention_norm, x, padding_mask, training)
-            x = ffn_norm_input = self._add(x, self.ffn(x, training=training), gates[1])
-            x = self._normalize(self.ffn_norm, x, padding_mask, training)
-        internals = {"norm_input": norm_input, "normed": normed, "ffn_norm_input": ffn_norm_input}
+        found = {}
+
+        def attend(h):
+            if cache is not None:
+                y, found["kv"] = self.attention(h, h, cache=cache[0], positions=cache[1],
+                                                training=training)
+            elif return_internals:
+                y, found["attention"] = self.attention(h, h, stats=True, padding_mask=padding_mask,
+                                                       training=training)
+            else:
+                y = self.attention(h, h, use_causal_mask=True, training=training)
+            return self.attention_dropout(y, training=training)
+
+        def feed_forward(h):
+            return self.ffn(h, training=training)
+
+        x, norm_input, normed = place(self, x, attend, (self.attention_norm, self.out_norms[0]),
+                                      gates[0], padding_mask, training)
+        x, ffn_norm_input, _ = place(self, x, feed_forward, (self.ffn_norm, self.out_norms[1]),
+                                     gates[1], padding_mask, training)
+        internals = {"norm_input": norm_input, "normed": normed,
+                     "ffn_norm_input": ffn_norm_input, "attention": found.get("attention")}
         out = (x, internals) if return_internals else x
-        return out if cache is None else (out, kv)
+        return out if cache is None else (out, found["kv"])
 
     def get_config(self):
         return {**super().get_config(), "config": config_dict(self.config)}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from trainer.choices import Norm, Placement
-from trainer.models.block import (Block, config_dict, dyt_alpha, kernel_init, model_config,
-                                  normal_init)
+from trainer.choices import Norm
+from trainer.models.block import (FINAL_NORM, Block, config_dict, dyt_alpha, kernel_init,
+                                  model_config, normal_init)
 from trainer.models.norms import BATCH_NORMS, NORMS, make_norm
 
 
@@ -26,7 +26,8 @@ class CausalLM(keras.Model):
     logits (B, T, vocab). Padding must be on the right: attention is causal only, so a real token
     never sees a later pad, but it would see an earlier (left) one. With ``return_hidden=True``
     it also returns, per block, the residual stream after the block, the input and output of
-    the block's first norm and the input of its second — what the telemetry measures.
+    the block's first norm, the input of its FFN sublayer's first norm and the attention
+    instruments (largest logit, entropy) — what the telemetry measures.
 
     With ``model.embed_scale`` set, a learnable scalar (``embed_scale``, rank 0, so never
     weight-decayed) multiplies the input embeddings, token + position, before the first block:
@@ -51,8 +52,9 @@ class CausalLM(keras.Model):
                                                          name="position_embedding")
         self.embedding_dropout = keras.layers.Dropout(c.dropout)
         self.blocks = [Block(c, name=f"block_{i}") for i in range(c.num_layers)]
-        # Pre-norm leaves the residual stream un-normalized: a final norm precedes the head.
-        self.final_norm = make_norm(c.norm if c.placement == Placement.pre else Norm.none,
+        # Pre, peri and output norms leave the residual stream un-normalized: a final norm
+        # precedes the head (Peri-LN's, Gemma 2's and OLMo 2's code have one too).
+        self.final_norm = make_norm(c.norm if c.placement in FINAL_NORM else Norm.none,
                                     epsilon=c.norm_epsilon, momentum=c.bn_momentum,
                                     dyt_alpha=dyt_alpha(c, "final"), affine=bool(c.norm_affine),
                                     name_prefix="final_norm")
@@ -92,9 +94,11 @@ class CausalLM(keras.Model):
         x = self.embedding_dropout(x, training=training)  # (B, T, C)
         hidden = []
         for block in self.blocks:
-            x, internals = block(x, padding_mask=padding_mask, training=training,
-                                 return_internals=True)
-            hidden.append({"stream": x, **internals})
+            x = block(x, padding_mask=padding_mask, training=training,
+                      return_internals=return_hidden)
+            if return_hidden:
+                x, internals = x
+                hidden.append({"stream": x, **internals})
         x = self.final_norm(x, padding_mask=padding_mask, training=training)
         logits = self.head(ops.cast(x, "float32"))  # (B, T, V), float32 for a stable softmax
         return (logits, hidden) if return_hidden else logits

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from trainer import rundir
 from trainer.provenance import short_sha
 from trainer.results.run import Run
+from trainer.telemetry.instruments import is_instrument
 
 EPS32 = 2.0 ** -23  # float32 machine epsilon
 RTOL, ATOL = 1e-4, 1e-6  # floor of the tolerance on losses and summaries
@@ -138,10 +139,11 @@ class Comparison:
 
 
 def new_probes(orig, new) -> set[str]:
-    """Probe tags only the reproduction has: the original was written before those probes
-    existed (e.g. the DyT FFN and final-norm saturation), so they are not compared, as a summary
-    key the original lacks. Every other tag must be in both."""
-    return {t for t in set(new) - set(orig) if t.startswith("probe/")}
+    """Probe and instrument tags only the reproduction has: the original was written before
+    those existed (e.g. the DyT FFN and final-norm saturation, the attention and log Z
+    instruments), so they are not compared, as a summary key the original lacks. Every other
+    tag must be in both."""
+    return {t for t in set(new) - set(orig) if t.startswith("probe/") or is_instrument(t)}
 
 
 def compare_summaries(orig: dict, new: dict, cmp: Comparison) -> Comparison:

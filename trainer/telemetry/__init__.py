@@ -2,5 +2,6 @@
 
 Modules: ``stats`` (statistics inside the compiled step), ``probes`` (evaluation-time probes of
 the claims) and ``definitions`` (what they measure, as numbers, no TensorFlow), ``spikes`` (the
-one definition of a loss spike), ``precise_bn`` (population statistics after training),
+one definition of a loss spike), ``instruments`` (the instability instruments' extremes over a
+run, for summary.json), ``precise_bn`` (population statistics after training),
 ``samples`` (greedy continuations of fixed prompts), ``tensorboard`` (the run's writers)."""

@@ -42,3 +42,25 @@ def stream_stats(hidden, mask):
         for j, stat in enumerate(("token_mean", "token_std", "rms")):
             out[f"{key}/{{block}}/{stat}"] = tf.stack([r[j] for r in rows])
     return out
+
+
+def attention_instruments(hidden):
+    """Each block's attention instruments, stacked (num_layers,): its largest pre-softmax logit
+    and its mean attention entropy (``trainer.models.attention.attention_stats``)."""
+    return {f"attention/{{block}}/{stat}": tf.stack([h["attention"][stat] for h in hidden])
+            for stat in ("max_logit", "entropy")}
+
+
+def log_z(logits):
+    """log Z = logsumexp of each position's logits (B, T), float32: 0 when the logits are
+    log-probabilities; its drift is PaLM's output-logit divergence, the z-loss's target."""
+    return tf.reduce_logsumexp(tf.cast(logits, tf.float32), axis=-1)
+
+
+def log_z_stats(z, mask):
+    """Mean and max of log Z over real tokens (telemetry: no gradient flows back)."""
+    z = tf.stop_gradient(z)
+    w = tf.cast(mask, tf.float32)
+    mean = tf.reduce_sum(z * w) / tf.maximum(tf.reduce_sum(w), 1.0)
+    return {"output/log_z_mean": mean,
+            "output/log_z_max": tf.reduce_max(tf.where(w > 0, z, tf.reduce_min(z)))}

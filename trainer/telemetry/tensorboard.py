@@ -141,6 +141,9 @@ def custom_scalars_layout() -> layout_pb2.Layout:
                 ("rms (residual stream)", r"activation/block_\d+/rms"),
                 ("token_std after norm", r"activation_normed/block_\d+/token_std"),
                 ("token cosine (rank collapse)", r"probe/token_cosine/block_\d+"),
+                ("attention logit max (logit growth)", r"attention/block_\d+/max_logit"),
+                ("attention entropy (entropy collapse)", r"attention/block_\d+/entropy"),
+                ("log Z (output-logit drift)", r"output/log_z_(mean|max)"),
                 ("BN statistic drift", r"probe/bn_stat_drift/block_\d+"),
                 ("DyT saturation (attention norm)", r"probe/dyt_saturation/block_\d+$"),
                 ("DyT saturation (FFN norm)", r"probe/dyt_saturation/block_\d+/ffn$")]

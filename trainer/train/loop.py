@@ -29,6 +29,7 @@ from trainer.machine import peak_rss_mb
 from trainer.models import BATCH_NORMS, build_model, plugin
 from trainer.memory import keep_large_blocks, release_free_memory
 from trainer.rundir import EVAL, FINISHED, META, PROMPT_COUNT, SUMMARY, TOKENIZER, TRAIN
+from trainer.telemetry.instruments import Extremes, is_instrument
 from trainer.telemetry.samples import sample_prompts
 from trainer.telemetry.spikes import SpikeCounter
 from trainer.telemetry.tensorboard import RunWriters, expand, truncate_events
@@ -118,7 +119,8 @@ def build_run(cfg, corpus, strategy) -> Compiled:
         optimizer.build(model.trainable_variables)
     train_step = make_train_step(model, optimizer, clip_norm=t.clip_norm,
                                  telemetry=cfg.runtime.telemetry, xla=xla,
-                                 shared_update=cfg.runtime.shared_update, strategy=strategy)
+                                 shared_update=cfg.runtime.shared_update, strategy=strategy,
+                                 z_loss=t.z_loss)
     return Compiled(model, optimizer, train_step, make_eval_step(model, xla=xla),
                     make_eval_step(model, xla=xla, training=True) if model.mode_dependent else None,
                     xla=xla)
@@ -132,15 +134,17 @@ class RunningValues:
         self.max_grad = history.get("max_grad_norm", 0.0)
         self.last_finite = history.get("last_finite", {})
         self.spikes = SpikeCounter.from_state(vocab_size, log_every, history.get("spikes"))
+        self.instruments = Extremes(history.get("instruments"))
 
-    def update(self, step: int, loss: float, grad: float) -> None:
+    def update(self, step: int, loss: float, grad: float, out: dict) -> None:
         self.spikes.update(step, loss)
         self.max_grad = max(self.max_grad, grad)
         self.last_finite = {"step": step, "loss": loss, "grad_norm": grad}
+        self.instruments.update(expand({k: v for k, v in out.items() if is_instrument(k)}))
 
     def history(self) -> dict:
         return {"max_grad_norm": self.max_grad, "last_finite": self.last_finite,
-                "spikes": self.spikes.state()}
+                "spikes": self.spikes.state(), "instruments": self.instruments.state()}
 
 
 def _timed_step(train_step, batch, timings: Timings, speed: Throughput) -> tuple[dict, float]:
@@ -190,7 +194,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
             diverged_step = step
             writers.write(TRAIN, {"nonfinite": float(nonfinite), "loss": loss}, step)
             break
-        running.update(step, loss, float(out["grad_norm/global"]))
+        running.update(step, loss, float(out["grad_norm/global"]), out)
         if step % t.log_every == 0 or step == t.steps - 1:
             scalars = expand({k: v for k, v in out.items() if k != "tokens"})
             if (rate := speed.window()) is not None:
@@ -273,6 +277,7 @@ def _summary(t, diverged_step, run: Compiled, evaluator: Evaluator, running: Run
         "max_grad_norm": running.max_grad,
         "probes": evaluator.probes,
         "probes_max": evaluator.probes_max,
+        **running.instruments.summary(),
         **speed.summary(),
         "pad_fraction": stats["pad_fraction"],
         "compile_count": run.compile_count(),

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from trainer.telemetry.stats import block_grad_norms, stream_stats, update_ratio
+from trainer.telemetry.stats import (attention_instruments, block_grad_norms, log_z, log_z_stats,
+                                     stream_stats, update_ratio)
 
 
 class Step:
@@ -41,8 +42,12 @@ def masked_loss(logits, targets, mask):
 
 
 def make_train_step(model, optimizer, *, clip_norm: float, telemetry: bool, xla: bool,
-                    shared_update: bool = False, strategy=None) -> Step:
+                    shared_update: bool = False, strategy=None, z_loss: float = 0.0) -> Step:
     """Return the train step: forward, backward, clip, AdamW update, statistics.
+
+    ``z_loss`` > 0 adds z_loss * mean(log Z^2) over real tokens to the loss that is
+    differentiated (PaLM's z-loss); the ``loss`` it returns stays the cross-entropy alone, so
+    losses compare across z_loss values, and ``z_loss`` holds the penalty's value.
 
     One replica, ``shared_update=False``: one XLA program per batch shape does everything; the
     embedding gradients stay sparse (``tf.IndexedSlices``) into Keras' sparse AdamW path, whose
@@ -57,7 +62,7 @@ def make_train_step(model, optimizer, *, clip_norm: float, telemetry: bool, xla:
     Several replicas (``strategy`` with more than one): the same forward/backward and the same
     update, with a cross-replica sum in between (see ``_replicated``).
     """
-    parts = _Parts(model, optimizer, clip_norm=clip_norm, telemetry=telemetry)
+    parts = _Parts(model, optimizer, clip_norm=clip_norm, telemetry=telemetry, z_loss=z_loss)
     if strategy is not None and strategy.num_replicas_in_sync > 1:
         return _replicated(parts, strategy, xla)
     if not shared_update:
@@ -85,11 +90,12 @@ def make_train_step(model, optimizer, *, clip_norm: float, telemetry: bool, xla:
 
 class _Parts:
     """The pieces every train step is made of: forward/backward, the update (with the
-    weight-side telemetry) and the residual-stream statistics."""
+    weight-side telemetry) and the activation-side statistics (``stream``)."""
 
-    def __init__(self, model, optimizer, *, clip_norm: float, telemetry: bool):
+    def __init__(self, model, optimizer, *, clip_norm: float, telemetry: bool,
+                 z_loss: float = 0.0):
         self.model, self.optimizer = model, optimizer
-        self.clip_norm, self.telemetry = clip_norm, telemetry
+        self.clip_norm, self.telemetry, self.z_loss = clip_norm, telemetry, z_loss
         self.variables = model.trainable_variables
         index = {id(v): i for i, v in enumerate(self.variables)}
         self.group_idx = [[index[id(v)] for v in block.trainable_variables]
@@ -99,20 +105,37 @@ class _Parts:
 
     def forward_backward(self, batch, denominator=None):
         """Loss (the token mean, or the loss sum over ``denominator`` tokens), real-token
-        count, hidden states and gradients of the loss."""
+        count, hidden states (with the output instruments under ``"output"``) and gradients of
+        the loss plus the z-loss."""
         with tf.GradientTape() as tape:
             logits, hidden = self.model(batch["inputs"], padding_mask=batch["mask"],
                                         training=True, return_hidden=True)
             loss_sum, count = masked_loss(logits, batch["targets"], batch["mask"])
-            loss = loss_sum / (tf.maximum(count, 1.0) if denominator is None else denominator)
-        return loss, count, hidden, tape.gradient(loss, self.variables)
+            tokens = tf.maximum(count, 1.0) if denominator is None else denominator
+            loss = loss_sum / tokens
+            objective, output = loss, {}
+            if self.z_loss > 0 or self.telemetry:
+                z = log_z(logits)
+                output = log_z_stats(z, batch["mask"]) if self.telemetry else {}
+            if self.z_loss > 0:
+                mask = tf.cast(batch["mask"], tf.float32)
+                output["z_loss"] = self.z_loss * tf.reduce_sum(tf.square(z) * mask) / tokens
+                objective = loss + output["z_loss"]
+        hidden = {"blocks": hidden, "output": output}
+        return loss, count, hidden, tape.gradient(objective, self.variables)
 
     @staticmethod
     def dense(grads):
         return [tf.convert_to_tensor(g) for g in grads]  # embeddings: IndexedSlices -> dense
 
     def stream(self, hidden, batch):
-        return stream_stats(hidden, batch["mask"]) if self.telemetry else {}
+        """The activation-side statistics: residual stream, attention and output instruments
+        (telemetry), and the z-loss's value (when on)."""
+        out = dict(hidden["output"])
+        if self.telemetry:
+            out.update(stream_stats(hidden["blocks"], batch["mask"]))
+            out.update(attention_instruments(hidden["blocks"]))
+        return out
 
     def update(self, grads, loss, replicas: int = 1):
         """Norm, clip, AdamW, and the weight-side telemetry; ``grads`` may be sparse.
@@ -184,15 +207,25 @@ def _replicated(parts: _Parts, strategy, xla: bool) -> Step:
 
 
 def _combine_stream(ctx, stream: dict, count, global_tokens) -> dict:
-    """Per-replica token averages -> the global batch's: means weighted by real tokens; an rms
-    is combined through its square."""
+    """Per-replica values -> the global batch's: token means weighted by real tokens (an rms
+    through its square), maxima by their maximum, and the z-loss (already over the global
+    token count) by its sum."""
     out = {}
     for key, value in stream.items():
+        if key.endswith(MAXIMA):
+            out[key] = ctx.all_reduce(tf.distribute.ReduceOp.MAX, value)
+            continue
+        if key == "z_loss":
+            out[key] = ctx.all_reduce(tf.distribute.ReduceOp.SUM, value)
+            continue
         rms = key.endswith("/rms")
         weighted = (tf.square(value) if rms else value) * count
         total = ctx.all_reduce(tf.distribute.ReduceOp.SUM, weighted) / tf.maximum(global_tokens, 1.0)
         out[key] = tf.sqrt(total) if rms else total
     return out
+
+
+MAXIMA = ("/max_logit", "/log_z_max")  # stream statistics that are maxima, not token means
 
 
 def make_eval_step(model, *, xla: bool, training: bool = False) -> Step:
