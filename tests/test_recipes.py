@@ -4,13 +4,14 @@ with a source, what the lab follows and each deviation's reason; the table rende
 from __future__ import annotations
 
 import pytest
+from omegaconf import OmegaConf
 
 from trainer.config import load_config
 from trainer.findings.recipes import COMMON, RECIPES, recipes_table
 
 SMALL = ["model.num_layers=2", "model.dim=16", "model.num_heads=2", "model.ffn_dim=32"]
 EXPECTED = {"Pre-LN", "Post-LN", "RMSNorm", "ReZero", "BatchNorm (naive)", "Masked BatchNorm",
-            "DyT", "No norm"}
+            "DyT", "No norm", "QK-norm", "z-loss", "Peri-LN", "Output norm (OLMo 2)", "DeepNorm"}
 
 
 def test_the_table_covers_the_variants_the_issue_names():
@@ -24,9 +25,11 @@ def test_every_recipe_is_a_config_the_lab_builds(name):
     recipe = RECIPES[name]
     cfg = load_config("configs/reference.yaml", [*recipe.overrides, *SMALL])
     model = build_model(cfg.model, 259, 16)
-    for override in recipe.overrides:  # each override is what the built model holds
+    for override in recipe.overrides:  # each override is what the built model (or run) holds
         key, _, value = override.partition("=")
-        assert str(getattr(model.config, key.removeprefix("model."))) == value, override
+        held = (getattr(model.config, key.removeprefix("model.")) if key.startswith("model.")
+                else OmegaConf.select(cfg, key))
+        assert str(held) == value or float(held) == float(value), override
     assert recipe.paper and recipe.follows and recipe.deviations
     assert recipe.code is None or recipe.code.startswith("https://github.com/")
     assert all(d.what and d.why for d in recipe.deviations)

@@ -47,6 +47,7 @@ class Recipe:
 
 
 DYT_CODE = "https://github.com/jiachenzhu/DyT"
+OLMO_CORE = "https://github.com/allenai/OLMo-core"
 POWERNORM_CODE = "https://github.com/sIncerass/powernorm"
 
 # What every variant shares and no source prescribes: the setting, not the method.
@@ -181,6 +182,70 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
          Deviation("model.dyt_alpha defaults to 0.5 (the ViT code's alpha_init_value) and "
                    "model.embed_scale to none", "defaults leave the committed DyT runs "
                    "unchanged; this row sets the recipe"))),
+    Recipe(
+        "QK-norm", ("model.norm=layer", "model.placement=pre", "model.qk_norm=layer"),
+        "Dehghani et al. 2023, Scaling Vision Transformers to 22 Billion Parameters (ICML); "
+        "Wortsman et al. 2024, Small-scale proxies for large-scale Transformer training "
+        "instabilities (ICLR)",
+        "https://github.com/google/flax (flax/linen/attention.py: normalize_qk)",
+        "LayerNorm on the queries and on the keys after their projections, per head over the "
+        "head dimension, before q.k / sqrt(d_h); a learnable gain, no bias (flax's "
+        "LayerNorm(use_bias=False)), on Pre-LN",
+        (Deviation("epsilon 1e-5 (model.norm_epsilon), not flax's 1e-6", "one epsilon for "
+                   "every norm in the lab"),
+         Deviation("one gain shared by the heads (shape d_h)", "what a LayerNorm over the "
+                   "head dimension holds; model.qk_norm=rms gives the RMSNorm form"))),
+    Recipe(
+        "z-loss", ("model.norm=layer", "model.placement=pre", "train.z_loss=0.0001"),
+        "Chowdhery et al. 2022, PaLM: Scaling Language Modeling with Pathways (JMLR 2023), "
+        "Sec. 5; Wortsman et al. 2024 (as above)",
+        "https://github.com/google-research/t5x (t5x/losses.py: cross_entropy_with_logits, "
+        "z_loss)",
+        "1e-4 * log^2 Z added to the loss per real token, log Z = logsumexp of the head's "
+        "logits, so that log Z stays near 0; on Pre-LN",
+        (Deviation("the logged loss is the cross-entropy alone; the penalty is its own curve "
+                   "(z_loss)", "losses stay comparable across z-loss settings"),
+         Deviation("the penalty is averaged over real tokens like the loss", "the lab's "
+                   "masked mean; t5x normalises both terms by the same weights"))),
+    Recipe(
+        "Peri-LN", ("model.norm=layer", "model.placement=peri"),
+        "Kim et al. 2025, Peri-LN: Revisiting Normalization Layer in the Transformer "
+        "Architecture (ICML); Gemma Team 2024, Gemma 2 (its 'sandwich' norm)",
+        None,
+        "h = x + N_out(F(N_in(x))) around attention and the FFN, and a final norm before the "
+        "head (Gemma 2's pre_/post_attention_norm, pre_/post_ffw_norm and final_norm)",
+        (Deviation("LayerNorm with gain and bias; Gemma 2 uses RMSNorm with a (1 + scale) "
+                   "gain", "so Peri-LN and Pre-LN differ in placement only; "
+                   "model.norm=rms gives the RMS form, equal at init"),
+         Deviation("no sqrt(d) multiplier on the embeddings (Gemma's) and no norm on them",
+                   "the lab's one embedding (COMMON); the block equation is what is tested"),
+         Deviation("no code of Kim et al. is public", "the equation is the paper's; the "
+                   "extra norms sit where Gemma 2's released model puts them"))),
+    Recipe(
+        "Output norm (OLMo 2)", ("model.norm=rms", "model.placement=output",
+                                 "model.qk_norm=rms"),
+        "Team OLMo 2025, 2 OLMo 2 Furious (COLM)",
+        f"{OLMO_CORE} (src/olmo_core/nn/transformer/block.py: ReorderedNormTransformerBlock)",
+        "h = x + RMSNorm(F(x)) for attention and the FFN, a final RMSNorm before the head, "
+        "no norm on the embeddings, and RMS QK-norm",
+        (Deviation("QK-norm per head over the head dimension; OLMo 2 normalises q and k over "
+                   "the full width, all heads jointly", "one QK-norm definition in the lab "
+                   "(Dehghani et al.'s); the two agree for one head"),
+         Deviation("learned position embeddings and a GELU MLP, not RoPE and SwiGLU", "the "
+                   "lab's one model (COMMON)"))),
+    Recipe(
+        "DeepNorm", ("model.norm=layer", "model.placement=post", "model.residual=deepnorm",
+                     "model.init=xavier"),
+        "Wang et al. 2022, DeepNet: Scaling Transformers to 1,000 Layers (TPAMI 2024)",
+        "https://github.com/microsoft/torchscale (torchscale/architecture/decoder.py)",
+        "h = LN(alpha x + F(x)) with the decoder-only alpha = (2L)^(1/4), and the value, "
+        "attention-output and both FFN weights initialised beta = (8L)^(-1/4) times smaller, "
+        "query and key not (Xavier, the paper's pseudocode)",
+        (Deviation("beta multiplies the lab's Glorot-normal draw (model.init=xavier); "
+                   "torchscale divides its own initialised weights by 1/beta",
+                   "the same scaling on the lab's init"),
+         Deviation("the same 50-step warm-up as every variant", "DeepNet's claim of training "
+                   "without it is a pre-registered claim, run with warmup_steps=0"))),
     Recipe(
         "No norm", ("model.norm=none", "model.placement=pre"),
         "none: the control (the residual stream left as it is)",
