@@ -2,6 +2,7 @@
 every lab norm trains in each, and the combinations that mean nothing are one config error."""
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
@@ -155,3 +156,34 @@ def test_combinations_that_mean_nothing_are_one_error_line(tmp_path, overrides, 
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], result.stderr
     assert not (tmp_path / "run").exists()
+
+
+SCALE_SPECS = sorted(Path("configs/sweeps/scale").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SCALE_SPECS, ids=[p.stem for p in SCALE_SPECS])
+def test_pre_registration_3s_sweeps_build_what_it_says(path):
+    """Every run of section 2's sub-sweeps is a valid config of the variant it names."""
+    from trainer.config import load_config
+    from trainer.sweep import expand_variants, load_spec
+
+    spec, base = load_spec(path)
+    variants = expand_variants(spec)
+    assert variants
+    for v in variants:
+        cfg = load_config(base, v.overrides)
+        m = cfg.model
+        if m.residual == "deepnorm":  # DeepNorm as its authors specify it
+            assert m.placement == "post" and m.init == "xavier"
+        if m.placement == "output":  # OLMo 2: RMSNorm and RMS QK-norm
+            assert m.norm == "rms" and m.qk_norm == "rms"
+
+
+def test_the_scale_variants_are_configs_the_lab_builds():
+    from trainer.config import load_config
+    from trainer.findings.thresholds import SCALE_VARIANTS
+
+    keys = {"z_loss": "train", "warmup_steps": "train"}
+    for values in SCALE_VARIANTS.values():
+        overrides = [f"{keys.get(k, 'model')}.{k}={v}" for k, v in values.items()]
+        load_config("configs/reference.yaml", overrides)

@@ -139,3 +139,54 @@ HEADLINE_VARIANTS = {
 REPLICATION_SEEDS = {"python": HEADLINE_SEEDS, "long": MIN_SEEDS, "wide": MIN_SEEDS}
 # The claims judged in every setting (their other parts, and the other claims: reference only).
 REPLICATED = ("S", "F3", "F4", "F5", "F6", "F14")
+
+# ---- Pre-registration 3 (issues #55, #56; results/PREREGISTRATION-SCALE.md) ----------------
+# One rate step (sqrt(10), as SHORT_GRID): the edge rule extends a grid by it, at most
+# MAX_EXTENSIONS times per side, until the best rate is inside the grid.
+RATE_STEP = 3.16
+MAX_EXTENSIONS = 3
+# "A trains at more rates than B": the per-seed count difference, every seed >= 1 and its
+# interval above half a rate.
+RATES_MARGIN = 0.5
+# The instability grid: the reference grid and two steps above it, where Wortsman et al. (2024)
+# find the attention-logit and output-logit instabilities of small models; every seed runs
+# every rate.
+INSTABILITY_GRID = RATE_GRID + (0.0948, 0.3)
+INSTABILITY_SEEDS = (0, 1, 2)
+# I1, I2: the high rate the claims read (one step above the reference grid).
+R_TOP = 0.0948
+# I1: attention logits "grow" / are "bounded": a factor of 4 (judged on logarithms), twice the
+# factor the stream-growth claim uses, as logit growth in the literature spans decades.
+LOGIT_FACTOR = 4.0
+# I2: log Z "closer to 0" and "drifts more": half a nat (a factor e^0.5 = 1.6 on Z).
+LOGZ_MARGIN = 0.5
+# I3: Pre-LN's last/first-block stream std at least 1.5x Peri-LN's (Kim et al.'s "balanced
+# variance growth"; below GROWTH_FACTOR, as both placements have a norm).
+PERI_GROWTH_FACTOR = 1.5
+# I4: the rate where Post-LN with warm-up collapsed in 4 of 10 runs (issue #55), and the depth
+# and rates of the depth part (the depth sub-sweep's 12 blocks; three rates around Post-LN's best).
+R_POST = 3e-3
+DEEP_DEPTH = 12
+DEEP_DEPTH_RATES = (1e-3, 3e-3, 1e-2)
+# I5: an instrument "moves" when the max attention logit doubles from its end-of-warm-up value,
+# when mean log Z moves 1 nat from it, or when the last block's token cosine passes 0.9.
+LOGIT_MOVE = 2.0
+LOGZ_MOVE = 1.0
+COSINE_MOVE = 0.9
+COLLAPSE_EVAL_EVERY = 10
+# The ladder: widths at the reference's depth, corpus and 800 steps; 4 heads on every rung (so
+# the reference and wide runs are rungs 64 and 128 as they stand); FFN 4d.
+LADDER_WIDTHS = (32, 64, 128, 256)
+LADDER_HEADS = 4
+# The top rung runs only the variants its predictions name.
+TOP_RUNG_VARIANTS = ("Pre-LN", "no norm", "Post-LN", "Post-LN, no warm-up", "QK-norm", "Peri-LN")
+# The new variants (section 2's recipes) the ladder adds to HEADLINE_VARIANTS.
+SCALE_VARIANTS = {
+    "QK-norm": dict(norm="layer", qk_norm="layer", **_PRE),
+    "z-loss": dict(norm="layer", z_loss=1e-4, **_PRE),
+    "Peri-LN": dict(norm="layer", residual="true", placement="peri", warmup_steps=50),
+    "DeepNorm": dict(norm="layer", residual="deepnorm", placement="post", init="xavier",
+                     warmup_steps=50),
+}
+# The figures' y-axis: clipped this far beyond the compared variants' intervals.
+AXIS_CLIP = 0.5
