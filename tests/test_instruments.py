@@ -145,6 +145,8 @@ def test_extremes_keep_last_max_and_min_through_a_resume():
     first.update({"attention/block_0/max_logit": 5.0, "output/log_z_mean": -2.0})
     resumed = Extremes(first.state())
     resumed.update({"attention/block_0/max_logit": 3.0, "output/log_z_mean": 0.5})
+    resumed.update({"attention/block_0/max_logit": float("nan"),
+                    "output/log_z_mean": float("inf")})  # not finite: skipped
     s = resumed.summary()
     assert s["instruments"] == {"attention/block_0/max_logit": 3.0, "output/log_z_mean": 0.5}
     assert s["instruments_max"] == {"attention/block_0/max_logit": 5.0, "output/log_z_mean": 1.0}

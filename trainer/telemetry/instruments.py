@@ -11,6 +11,8 @@ log Z drifts either way), carried through a resume by the checkpoint's history.
 
 from __future__ import annotations
 
+import math
+
 # Tags of the instruments, by prefix: the curves a run written before they existed lacks
 # (``trainer.results.compare`` does not count them missing in such a run's reproduction).
 INSTRUMENT_PREFIXES = ("attention/", "output/")
@@ -32,9 +34,10 @@ class Extremes:
         self.min = dict(state.get("min", {}))
 
     def update(self, scalars: dict[str, float]) -> None:
-        """Take one step's scalars (``expand``ed tags); tags that are no instrument are skipped."""
+        """Take one step's scalars (``expand``ed tags); tags that are no instrument, and values
+        that are not finite (a step about to diverge), are skipped."""
         for tag, value in scalars.items():
-            if not is_instrument(tag):
+            if not is_instrument(tag) or not math.isfinite(value):
                 continue
             self.final[tag] = value
             self.max[tag] = max(value, self.max.get(tag, value))
