@@ -15,11 +15,11 @@ too many bits (the same reason TF Model Garden keeps LayerNorm in float32).
 RMSNorm's scale) of every norm: LN then gives every token the same L2 norm sqrt(C). DyT keeps
 its α; ``none`` has nothing to drop.
 
-Each norm class declares what the tests expect of it, so that a new norm is its class and its
-row in ``trainer.norm_names.NORM_TABLE``: ``affine_weights``, the names of the weights
-``affine=False`` drops, and ``lacks``, the norm contract's verdicts (``evaluate-norm``'s
-properties: ``trainer/evaluate/properties.py``, named as ``trainer.evaluate.report.flatten``
-names them) that the norm does not have. A per-token norm lacks none.
+Each norm class declares what the tests expect of it, so that no test keeps its own table of
+the norms: ``affine_weights``, the names of the weights ``affine=False`` drops, and ``lacks``,
+the norm contract's verdicts (``evaluate-norm``'s properties, trainer/evaluate/properties.py,
+as ``trainer.evaluate.report.flatten`` names them) that it does not have. A per-token norm
+lacks none.
 """
 
 from __future__ import annotations
