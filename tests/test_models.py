@@ -25,13 +25,8 @@ SAME, CHANGED = 1e-5, 1e-3
 
 
 def holds(norm: str, verdict: str) -> bool:
-    """Whether ``norm`` has the contract property ``verdict`` (its class declares what it
-    lacks: trainer/models/norms.py)."""
+    """Whether ``norm`` has the contract property ``verdict`` (its class declares its lacks)."""
     return verdict not in NORMS[norm].lacks
-
-
-def _mode(training: bool) -> str:
-    return "training" if training else "inference"
 
 
 def tiny(norm="layer", placement="pre", residual="true", seed=0, **kw):
@@ -223,7 +218,8 @@ def test_batch_composition_invariance(norm, training):
     d_padding = np.abs(alone - more_padding).max()
     # batch norms in training mode: other sequences enter the statistics; pads too for naive
     # BN, not for the masked ones (the point of masking)
-    others, pads = (holds(norm, f"{p}_invariant.{_mode(training)}") for p in ("batch", "padding"))
+    mode = "training" if training else "inference"
+    others, pads = (holds(norm, f"{p}_invariant.{mode}") for p in ("batch", "padding"))
     assert (d_others <= SAME) if others else (d_others > CHANGED), d_others
     assert (d_padding <= SAME) if pads else (d_padding > CHANGED), d_padding
 
