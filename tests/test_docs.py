@@ -137,6 +137,36 @@ def test_every_reference_part_named_in_code_is_one_the_script_takes():
     assert [n for n in named if n[1] not in parts] == []
 
 
+def _norm_lists() -> dict[str, set[str]]:
+    """Every list of the lab's norms in the docs, by where it is: the names in backticks."""
+    def names(span: str) -> set[str]:
+        return set(re.findall(r"`(\w+)`", span))
+
+    variants = _section(README, "## The variants")
+    row = next(line for line in _page("docs/config.md").splitlines()
+               if line.startswith("| `model.norm` |"))
+    return {
+        "README: What this lab is": names(re.search(
+            r"normalization \(([^)]*)\)", _section(README, "## What this lab is")).group(1)),
+        "README: the variants table": {m for m in re.findall(r"^\| `(\w+)` \|", variants, re.M)},
+        "README: Evaluate your own normalization": names(re.search(
+            r"the lab's names \(([^)]*)\)",
+            _section(README, "## Evaluate your own normalization")).group(1)),
+        "docs/config.md: model.norm": names(row.partition(", or")[0]),  # default, then values
+    }
+
+
+def test_every_list_of_the_norms_in_the_docs_is_the_registry():
+    from trainer.norm_names import NORM_TABLE  # the vocabulary the registry must equal
+
+    lists = _norm_lists()
+    assert all(lists.values()), "a norm list was not found: has its sentence changed?"
+    wrong = {where: f"missing {sorted(set(NORM_TABLE) - found)}, "
+                    f"not in the registry {sorted(found - set(NORM_TABLE))}"
+             for where, found in lists.items() if found != set(NORM_TABLE)}
+    assert wrong == {}
+
+
 def _slug(title: str) -> str:
     """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
     title = re.sub(r"[`*_]|\[|\]\([^)]*\)", "", title)  # inline code, emphasis, link targets

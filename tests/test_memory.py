@@ -30,6 +30,26 @@ print(faults() - before)
 """
 
 
+# 128 MiB of touched heap blocks (64 KiB: below glibc's mmap threshold) freed but for the top
+# one, which keeps free() from shrinking the heap; prints the MiB release_free_memory returns.
+TRIM = """
+import ctypes, ctypes.util, os, trainer.memory
+libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+def rss_kib():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+blocks = [libc.malloc(64 << 10) for _ in range(2048)]
+for b in blocks:
+    ctypes.memset(b, 1, 64 << 10)
+for b in blocks[:-1]:
+    libc.free(b)
+before = rss_kib()
+trainer.memory.release_free_memory()
+print((before - rss_kib()) // 1024)
+"""
+
+
 def _python(code: str, **env) -> str:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, **env}, timeout=120, check=True)
@@ -45,6 +65,14 @@ def test_run_allocator_settings_make_big_buffers_reuse_their_pages():
     # default glibc: every reallocation is a fresh mmap, faulted in page by page
     assert default > 100 and tuned < default / 10, (tuned, default)
     assert imported > 100, "importing trainer changed the allocator"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc_trim")
+def test_normlab_malloc_default_turns_off_the_trim_too():
+    trimmed = int(_python(TRIM))
+    untouched = int(_python(TRIM, NORMLAB_MALLOC="default"))
+    assert trimmed > 64, trimmed  # malloc_trim hands the freed heap pages back
+    assert untouched < 8, untouched  # glibc's own behaviour: they stay with the process
 
 
 @pytest.mark.slow

@@ -1,5 +1,8 @@
 """The norm registry and each norm's numerics, checked against numpy (float64) references.
 
+Parameterised over the registry: a new norm enters every test here but its own numerics (and
+the per-token Jacobian test reads its declared ``lacks``).
+
 Tolerances are float32 ones: 1e-5 absolute on unit-scale values unless a test says otherwise.
 """
 
@@ -18,9 +21,10 @@ tf = trainer.import_tensorflow_quietly()
 import keras  # noqa: E402
 
 from trainer.config import Norm  # noqa: E402
-from trainer.models.norms import BATCH_NORMS, NORMS, make_norm  # noqa: E402
+from trainer.evaluate.report import PROPERTY_WORDS  # noqa: E402
+from trainer.models.norms import BATCH_NORMS, BATCH_STATISTICS, NORMS, make_norm  # noqa: E402
+from trainer.norm_names import NORM_TABLE  # noqa: E402
 
-EXPECTED_KEYS = {"layer", "batch", "masked_batch", "sync_batch", "rms", "dyt", "none"}
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -39,9 +43,13 @@ def _np_moments(x, mask):
 
 # ---------------------------------------------------------------- registry
 
-def test_registry_keys_are_exactly_the_documented_ones():
-    assert set(NORMS) == EXPECTED_KEYS
-    assert set(BATCH_NORMS) == {"batch", "masked_batch", "sync_batch"}
+def test_registry_is_the_norm_table_and_each_norm_declares_known_verdicts():
+    assert set(NORMS) == set(NORM_TABLE)
+    for name, cls in NORMS.items():  # a typo in a declaration would silently expect "holds"
+        assert cls.lacks <= set(PROPERTY_WORDS), (name, cls.lacks - set(PROPERTY_WORDS))
+    # the norms with batch statistics (they have moments) are those that declare their lacks
+    assert set(BATCH_NORMS) == {k for k, cls in NORMS.items() if BATCH_STATISTICS <= cls.lacks}
+    assert set(BATCH_NORMS) >= {"batch", "masked_batch"}
 
 
 def test_config_norm_names_match_registry():
@@ -56,11 +64,11 @@ def test_unknown_norm_lists_valid_keys():
         make_norm("batchnorm")
     message = str(err.value)
     assert "batchnorm" in message
-    for key in EXPECTED_KEYS:
+    for key in NORMS:
         assert key in message
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED_KEYS))
+@pytest.mark.parametrize("name", sorted(NORMS))
 def test_norm_config_round_trip_and_registered(name):
     layer = make_norm(name, epsilon=1e-3, momentum=0.9, dyt_alpha=0.25, name_prefix="n")
     registered = keras.saving.get_registered_name(type(layer))
@@ -198,7 +206,7 @@ def test_train_and_inference_agree_once_running_stats_are_the_batch_moments(name
 
 # ---------------------------------------------------------------- mixed precision
 
-@pytest.mark.parametrize("name", sorted(EXPECTED_KEYS))
+@pytest.mark.parametrize("name", sorted(NORMS))
 def test_norms_compute_in_float32_under_mixed_precision(name):
     saved = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy("mixed_bfloat16")
@@ -255,10 +263,11 @@ def test_layer_norm_worked_example_doctest():
     assert runner.summarize(verbose=False).failed == 0
 
 
-@pytest.mark.parametrize("norm", ["layer", "rms", "dyt", "batch"])
+@pytest.mark.parametrize("norm", sorted(NORMS))
 def test_per_token_jacobian_is_zero_across_tokens_for_token_norms(norm):
     """d output[b, t] / d input[b', t'] over a (B, T, C) input: for per-token norms every block
-    with (b', t') != (b, t) is exactly zero (F13); BatchNorm in training mode couples tokens."""
+    with (b', t') != (b, t) is exactly zero (F13); a norm declared not batch-invariant in
+    training mode (batch statistics) couples tokens there."""
 
     keras.utils.set_random_seed(0)
     layer = make_norm(norm)
@@ -271,7 +280,7 @@ def test_per_token_jacobian_is_zero_across_tokens_for_token_norms(norm):
     for b in range(2):
         for t in range(3):
             cross[b, t, :, b, t, :] = 0.0
-    if norm == "batch":
+    if "batch_invariant.training" in NORMS[norm].lacks:
         assert np.abs(cross).max() > 1e-3
     else:
         assert np.abs(cross).max() == 0.0

@@ -37,7 +37,8 @@ class Scale(keras.layers.Layer):
 
     def call(self, x, padding_mask=None, training=None):
         x = ops.cast(x, "float32")
-        return self.g * x * ops.rsqrt(ops.mean(ops.square(x), -1, keepdims=True) + self.epsilon)
+        y = self.g * x * ops.rsqrt(ops.mean(ops.square(x), -1, keepdims=True) + self.epsilon)
+        return y
 
     def get_config(self):
         return {**super().get_config(), "epsilon": self.epsilon}
@@ -84,8 +85,10 @@ BAD = {
     "import error": ("raise RuntimeError('boom')\n", "{f}:Scale", "RuntimeError: boom"),
     "call signature": (GOOD.replace("padding_mask=None, training=None", "mask=None"),
                        "{f}:Scale", "must accept (x, padding_mask=None, training=None)"),
-    "shape": (GOOD.replace("return self.g * x", "return (self.g * x)[..., :4] + 0 * self.g[:4]"
-                           ), "{f}:Scale", "output shape"),
+    # one case per axis of (B, T, C): a check that compares only some axes misses one
+    "shape B": (GOOD.replace("return y\n", "return y[:1]\n"), "{f}:Scale", "output shape"),
+    "shape T": (GOOD.replace("return y\n", "return y[:, :4]\n"), "{f}:Scale", "output shape"),
+    "shape C": (GOOD.replace("return y\n", "return y[..., :4]\n"), "{f}:Scale", "output shape"),
     "nan": (GOOD.replace("ops.rsqrt(", "0.0 * ops.log(-ops.abs(x) - 1) * ops.rsqrt("),
             "{f}:Scale", "NaN or Inf"),
     "round trip": (GOOD.replace('"epsilon": self.epsilon}', '"epsilon": self.epsilon, "bad": 1}'),

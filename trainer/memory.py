@@ -10,6 +10,8 @@ pages. The price is memory the process keeps after freeing it; :func:`release_fr
 hands it back after one-off peaks (compiling a new shape), so the peak RSS does not grow.
 
 Allocation never changes arithmetic: runs are bit-identical with or without these settings.
+``NORMLAB_MALLOC=default`` turns all of it off (both thresholds and ``malloc_trim``): the
+process runs on glibc's own behaviour.
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ _libc = None
 
 
 def _glibc():
+    """glibc's libc when the allocator may be tuned; False elsewhere or with
+    NORMLAB_MALLOC=default (read at each call)."""
     global _libc
+    if os.environ.get("NORMLAB_MALLOC", "").lower() == "default":
+        return False
     if _libc is None:
         try:
             lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -41,14 +47,15 @@ def keep_large_blocks() -> bool:
 
     Returns whether the settings were applied."""
     libc = _glibc()
-    if not libc or os.environ.get("NORMLAB_MALLOC", "").lower() == "default":
+    if not libc:
         return False
     return bool(libc.mallopt(_M_MMAP_THRESHOLD, _HEAP_LIMIT)) and \
         bool(libc.mallopt(_M_TRIM_THRESHOLD, _HEAP_LIMIT))
 
 
 def release_free_memory() -> None:
-    """Return the allocator's free pages to the OS (after compiling, when garbage peaks)."""
+    """Return the allocator's free pages to the OS (after compiling, when garbage peaks);
+    nothing with NORMLAB_MALLOC=default."""
     libc = _glibc()
     if libc:
         libc.malloc_trim(0)

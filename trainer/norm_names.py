@@ -3,8 +3,10 @@
 ``NORM_TABLE`` maps each ``model.norm`` name to how pages, reports and figures show it. It is
 the vocabulary itself: ``trainer.choices.Norm`` is built from its keys, and the norm registry
 (``trainer.models.norms.NORMS``) checks at import that it implements exactly these names. So
-adding a norm to the lab takes its class (registered in ``trainer/models/norms.py``), its test,
-and its row here; nothing else. No TensorFlow here: configs are validated without it.
+adding a norm to the lab takes, in code, its class (registered in ``trainer/models/norms.py``),
+its test and its row here; the documentation's lists of the norms are checked against this
+table (docs/development.md, "Adding a norm to the lab"). No TensorFlow here: configs are
+validated without it.
 
 A norm from outside the lab is named ``PATH.py:ClassName`` or ``package.module:ClassName``
 (``plugin_target``); ``trainer.models.plugin`` loads and checks it.

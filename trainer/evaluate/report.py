@@ -2,6 +2,10 @@
 losses against the baselines, the paired comparison to Pre-LN, and one plain sentence.
 
 No TensorFlow: it reads what ``properties`` measured and what ``protocol`` trained.
+
+One notation throughout: losses and their differences in nats to ``DIGITS`` decimals; an
+interval is ``95 % CI lo … hi`` (the t-interval of the mean over seeds), a range is
+``seeds min … max`` (the lowest and highest seed's value).
 """
 
 from __future__ import annotations
@@ -15,8 +19,12 @@ from trainer.norm_names import row
 from trainer.results.metrics import interval
 
 PRELN = "Pre-LN"
-PROPERTY_WORDS = {  # property -> (holds, fails): what the sentence says
-    "causal": ("causal", "NOT causal: a later token changes earlier logits"),
+DIGITS = 3  # decimals of every loss and loss difference in the report
+PROPERTY_WORDS = {  # verdict (``flatten``'s keys) -> (holds, fails): what the sentence says
+    "causal": ("causal in inference mode",
+               "NOT causal in inference mode: a later token changes earlier logits"),
+    "causal.training_mode": ("causal in training mode",
+                             "not causal in training mode: a later token changes earlier logits"),
     "batch_invariant.training": ("batch-invariant in training mode",
                                  "not batch-invariant in training mode"),
     "batch_invariant.inference": ("batch-invariant in inference mode",
@@ -32,13 +40,27 @@ PROPERTY_WORDS = {  # property -> (holds, fails): what the sentence says
 }
 
 
-def _interval(values: dict) -> dict | None:
+def _interval(values: dict, signed: bool = False) -> dict | None:
     iv = interval(v for v in values.values() if v is not None)
     if iv is None:
         return None
-    return {"mean": float(iv.mean), "lo": float(iv.lo), "hi": float(iv.hi),
-            "half": float(iv.half), "n": iv.n,
-            "per_seed": {str(s): v for s, v in sorted(values.items())}, "text": str(iv)}
+    out = {"mean": float(iv.mean), "lo": float(iv.lo), "hi": float(iv.hi),
+           "half": float(iv.half), "n": iv.n,
+           "per_seed": {str(s): v for s, v in sorted(values.items())}}
+    return {**out, "text": interval_text(out, signed)}
+
+
+def interval_text(iv: dict, signed: bool = False) -> str:
+    """``mean (95 % CI lo … hi; seeds min … max)`` of an interval dict (``_interval``), to
+    ``DIGITS`` decimals (``signed``: with + on positive values, for differences); one seed's
+    value alone is ``value (1 seed)``."""
+    def f(x):
+        return _num(x, signed=signed)
+    seeds = [v for v in iv["per_seed"].values() if v is not None]
+    if iv["n"] == 1:
+        return f"{f(iv['mean'])} (1 seed)"
+    return (f"{f(iv['mean'])} (95 % CI {f(iv['lo'])} … {f(iv['hi'])}; "
+            f"seeds {f(min(seeds))} … {f(max(seeds))})")
 
 
 def outcome_numbers(outcome) -> dict:
@@ -59,13 +81,15 @@ def paired(a: dict, b: dict) -> dict | None:
     seeds = sorted(s for s in set(a) & set(b) if a[s] is not None and b[s] is not None)
     if not seeds:
         return None
-    return _interval({s: a[s] - b[s] for s in seeds})
+    return _interval({s: a[s] - b[s] for s in seeds}, signed=True)
 
 
-def _num(x, digits: int = 3) -> str:
+def _num(x, digits: int = DIGITS, signed: bool = False) -> str:
     if x is None:
         return "n/a"
-    return "∞" if math.isinf(x) else f"{x:.{digits}f}"
+    if math.isinf(x):
+        return "∞" if x > 0 else "-∞"
+    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
 
 
 def sentence(report: dict) -> str:
@@ -79,50 +103,80 @@ def sentence(report: dict) -> str:
         if diff:
             side = "behind" if diff["mean"] > 0 else "ahead of"
             shown = diff["lo"] > 0 or diff["hi"] < 0  # the interval excludes no difference
-            parts.append(f"{abs(diff['mean']):.3f} nats {side} Pre-LN in test loss"
+            parts.append(f"{_num(abs(diff['mean']))} nats {side} Pre-LN in test loss"
                          f"{'' if shown else ', a difference not shown'} (paired over "
-                         f"{diff['n']} seeds, 95 % interval [{diff['lo']:+.3f}, {diff['hi']:+.3f}])")
+                         f"{diff['n']} seeds, 95 % CI {_num(diff['lo'], signed=True)} … "
+                         f"{_num(diff['hi'], signed=True)})")
     props = (report.get("properties") or {}).get("init")
     if props:
-        flat = flatten(props)
-        for key, (yes, no) in PROPERTY_WORDS.items():
-            if key in flat and (not flat[key] or key in ("causal", "batch_invariant.training")):
-                parts.append(yes if flat[key] else no)
+        parts.append(_property_words(flatten(props)))
     return "; ".join(parts) + "." if parts else "nothing measured."
 
 
-def flatten(props: dict) -> dict[str, bool]:
-    """``{property[.mode]: holds}`` of a measured properties dict."""
+def _property_words(flat: dict[str, bool]) -> str:
+    """How many of the verdicts hold, then each: ``all 8 properties hold: …`` or
+    ``6 of 8 properties hold (…); NOT …; not …``."""
+    keys = _ordered(flat)
+    held = [PROPERTY_WORDS.get(k, (k,))[0] for k in keys if flat[k]]
+    failed = [PROPERTY_WORDS.get(k, (None, f"{k} fails"))[1] for k in keys if not flat[k]]
+    if not failed:
+        return f"all {len(keys)} properties hold: " + ", ".join(held)
+    return "; ".join([f"{len(held)} of {len(keys)} properties hold ({', '.join(held) or 'none'})",
+                      *failed])
+
+
+def _ordered(found: dict) -> list[str]:
+    """The keys of ``found`` in ``PROPERTY_WORDS``' order (report.json's keys are sorted)."""
+    return [k for k in PROPERTY_WORDS if k in found] + sorted(set(found) - set(PROPERTY_WORDS))
+
+
+def verdicts(props: dict) -> dict[str, dict]:
+    """Each verdict of a measured properties dict (``properties.measure``) as
+    ``{key: {holds, max_abs_diff}}``: a property measured in both modes gives
+    ``name.training`` and ``name.inference`` (its own ``holds`` joins them, no verdict of its
+    own); ``causal`` is the inference-mode verdict, ``causal.training_mode`` the one beside it."""
     out = {}
     for name, entry in props.items():
-        out[name] = entry["holds"]
-        for mode in ("training", "inference"):
+        if "max_abs_diff" in entry:
+            out[name] = entry
+        for mode in ("training", "inference", "training_mode"):
             if mode in entry:
-                out[f"{name}.{mode}"] = entry[mode]["holds"]
+                out[f"{name}.{mode}"] = entry[mode]
     return out
+
+
+def flatten(props: dict) -> dict[str, bool]:
+    """``{verdict: holds}`` of a measured properties dict (the keys of ``verdicts``)."""
+    return {key: e["holds"] for key, e in verdicts(props).items()}
+
+
+def _label(key: str) -> str:
+    name, _, mode = key.partition(".")
+    if name == "causal":  # measured in inference mode, training mode beside it
+        mode = mode or "inference"
+    mode = mode.replace("_mode", "")
+    return f"{name} ({mode} mode)" if mode else name
 
 
 def _property_rows(props: dict) -> list[str]:
     lines = ["| property | at init | trained |", "|---|---|---|"]
-    init, trained = props.get("init") or {}, props.get("trained") or {}
-    for name, entry in init.items():
-        modes = [m for m in ("training", "inference") if m in entry] or [None]
-        for mode in modes:
-            def cell(p):
-                e = (p.get(name) or {}) if p else {}
-                e = e.get(mode, {}) if mode else e
-                if not e:
-                    return "—"
-                return f"{'yes' if e['holds'] else '**no**'} ({e['max_abs_diff']:.2g})"
-            label = f"{name} ({mode} mode)" if mode else name
-            lines.append(f"| {label} | {cell(init)} | {cell(trained)} |")
+    init, trained = verdicts(props.get("init") or {}), verdicts(props.get("trained") or {})
+
+    def cell(found: dict, key: str) -> str:
+        e = found.get(key)
+        if not e:
+            return "—"
+        return f"{'yes' if e['holds'] else '**no**'} ({e['max_abs_diff']:.2g})"
+
+    for key in _ordered(init):
+        lines.append(f"| {_label(key)} | {cell(init, key)} | {cell(trained, key)} |")
     return lines
 
 
 def _loss_rows(report: dict) -> list[str]:
     rates = sorted({float(r) for x in [report.get("numbers") or {}, *report["baselines"].values()]
                     for r in (x.get("val_loss") or {})})
-    head = ["norm", "best rate", "LR sensitivity", "trains at", "test loss (mean ± 95 %, seeds)",
+    head = ["norm", "best rate", "LR sensitivity", "trains at", "test loss",
             *(f"val {r:g}" for r in rates)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, x in [(report["display"], report.get("numbers") or {}),
@@ -131,10 +185,22 @@ def _loss_rows(report: dict) -> list[str]:
         cells = [name, f"{x['best_lr']:g}" if x.get("best_lr") else "—",
                  _num(x.get("lr_sensitivity")),
                  " ".join(f"{r:g}" for r in x.get("trains_at", [])) or "none",
-                 f"{t['text']} (n = {t['n']})" if t else "—",
+                 interval_text(t) if t else "—",
                  *(_num((x.get("val_loss") or {}).get(f"{r:g}")) for r in rates)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _edge_line(report: dict) -> list[str]:
+    """A warning naming every norm whose best rate is an end of the grid (``best_at_edge``)."""
+    at_edge = [f"{name} ({x['best_lr']:g}, the {x['best_at_edge']} rate tried)"
+               for name, x in [(report["display"], report.get("numbers") or {}),
+                               *report["baselines"].items()] if x.get("best_at_edge")]
+    if not at_edge:
+        return []
+    return ["**Best rate at the grid's edge**: " + ", ".join(at_edge) + ". The best rate may "
+            "lie beyond the rates tried, so its loss and the comparisons above may understate "
+            "it.", ""]
 
 
 def markdown(report: dict) -> str:
@@ -153,16 +219,19 @@ def markdown(report: dict) -> str:
                 "Each norm at its own best rate (lowest final validation loss of the grid, 1 "
                 "seed); test loss at that rate over the seeds (seed 0 is the grid's run). "
                 "Baselines: Pre + residual, at the same budget. *Trains*: validation loss below "
-                "the bigram baseline.", "", *_loss_rows(report), ""]
+                f"the bigram baseline. Losses in nats to {DIGITS} decimals; test loss: mean over "
+                "the seeds (95 % CI: the t-interval of that mean; seeds: the lowest and highest "
+                "seed).", "", *_loss_rows(report), "", *_edge_line(report)]
         b = report.get("token_baselines") or {}
         if b:
-            out += [f"Validation tokens: unigram {b['unigram']:.4f}, bigram {b['bigram']:.4f} "
-                    "nats.", ""]
+            out += [f"Validation tokens: unigram {_num(b['unigram'])}, bigram "
+                    f"{_num(b['bigram'])} nats.", ""]
         diff = report.get("paired_vs_preln")
         if diff:
             out += ["Paired with Pre-LN (same seed: same initialisation draw and data order), "
-                    f"test loss difference: {diff['text']} (per seed: "
-                    + ", ".join(f"{s}: {v:+.4f}" for s, v in diff["per_seed"].items()) + ").", ""]
+                    f"test loss difference: {interval_text(diff, signed=True)}; per seed: "
+                    + ", ".join(f"{s}: {_num(v, signed=True)}"
+                                for s, v in diff["per_seed"].items()) + ".", ""]
         if report.get("figure"):
             out += [f"![learning rates]({report['figure']})", ""]
     out += [f"Runs: {', '.join(report.get('runs', [])) or 'none'} (TensorBoard: "

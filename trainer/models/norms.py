@@ -14,6 +14,12 @@ too many bits (the same reason TF Model Garden keeps LayerNorm in float32).
 ``affine=False`` (``model.norm_affine``) drops the learnable per-feature gain and bias (γ, β;
 RMSNorm's scale) of every norm: LN then gives every token the same L2 norm sqrt(C). DyT keeps
 its α; ``none`` has nothing to drop.
+
+Each norm class declares what the tests expect of it, so that no test keeps its own table of
+the norms: ``affine_weights``, the names of the weights ``affine=False`` drops, and ``lacks``,
+the norm contract's verdicts (``evaluate-norm``'s properties, trainer/evaluate/properties.py,
+as ``trainer.evaluate.report.flatten`` names them) that it does not have. A per-token norm
+lacks none.
 """
 
 from __future__ import annotations
@@ -65,6 +71,8 @@ class _Norm(keras.layers.Layer):
     ``affine``: whether the norm has its learnable γ/β (every subclass honours it)."""
 
     accepts: tuple[str, ...] = ()
+    affine_weights: tuple[str, ...] = ("gamma", "beta")  # what affine=False drops
+    lacks: frozenset[str] = frozenset()  # the contract's verdicts it fails (module docstring)
 
     def __init__(self, affine: bool = True, **kwargs):
         kwargs.setdefault("dtype", "float32")  # norms keep float32 under mixed precision
@@ -101,6 +109,13 @@ class _KerasTokenNorm(_Norm):
         return {**super().get_config(), "epsilon": self.epsilon}
 
 
+# What a norm with batch statistics in training mode (running ones at inference) lacks: in
+# training mode other sequences and later tokens enter every token's output, and the two modes
+# differ; at inference it is per token like the others.
+BATCH_STATISTICS = frozenset({"causal.training_mode", "batch_invariant.training",
+                              "train_equals_inference"})
+
+
 @register(Norm.layer)
 class LayerNorm(_KerasTokenNorm):
     """LayerNorm: each token normalized over its own features (keras LayerNormalization).
@@ -126,6 +141,7 @@ class RMSNorm(_KerasTokenNorm):
     """RMSNorm: x / rms(x) * gamma, per token, no centring (keras RMSNormalization)."""
 
     keras_class, inner_name = keras.layers.RMSNormalization, "rms"
+    affine_weights = ("scale",)
 
     def make_inner(self):  # keras' RMSNormalization always has a scale: none without affine
         if self.affine:
@@ -172,6 +188,8 @@ class DynamicTanh(_Norm):
 class Identity(_Norm):
     """No normalization: the residual stream is left as it is."""
 
+    affine_weights = ()
+
     def call(self, x, padding_mask=None, training=None):
         return ops.cast(x, "float32")
 
@@ -185,6 +203,7 @@ class BatchNorm(_Norm):
     """
 
     accepts = ("epsilon", "momentum")
+    lacks = BATCH_STATISTICS | {"padding_invariant.training"}  # pads enter the statistics
 
     def __init__(self, epsilon: float = 1e-5, momentum: float = 0.99, **kwargs):
         super().__init__(**kwargs)
@@ -223,6 +242,7 @@ class MaskedBatchNorm(_Norm):
     """
 
     accepts = ("epsilon", "momentum")
+    lacks = BATCH_STATISTICS
     synchronized = False
 
     def __init__(self, epsilon: float = 1e-5, momentum: float = 0.99, **kwargs):
