@@ -61,6 +61,17 @@ def test_checks_budget_writes_the_report_and_flags_a_non_causal_norm(tmp_path):
     assert "NOT causal" in report["sentence"] and "NOT causal" in md
 
 
+def test_checks_run_a_plugin_norm_in_the_placement_asked_for(tmp_path):
+    out = tmp_path / "report"
+    result = run_cli("evaluate-norm", "examples/norms/group_norm.py:GroupNorm", "--placement",
+                     "peri", "--out", out)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["placement"] == "peri"
+    assert report["properties"]["init"]["causal"]["holds"] is True  # GroupNorm: per token
+    assert "`model.placement=peri`" in (out / "report.md").read_text()
+
+
 def test_a_bad_norm_is_one_line_before_anything_is_written(tmp_path):
     out = tmp_path / "report"
     result = run_cli("evaluate-norm", "examples/norms/group_norm.py:Nope", "--out", out)

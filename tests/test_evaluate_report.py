@@ -82,3 +82,10 @@ def test_report_md_warns_when_a_best_rate_is_the_grids_edge():
     warning = next(line for line in md.splitlines() if "grid's edge" in line)
     assert "X (0.01, the highest rate tried)" in warning
     assert "Pre-LN (0.001, the lowest rate tried)" in warning
+
+
+def test_report_md_names_the_placement_tested():
+    assert "Placement tested: `model.placement=pre`." in markdown(_report(_properties()))
+    peri = markdown(_report(_properties(), placement="peri"))
+    assert "Placement tested: `model.placement=peri` (the baselines are the lab's norms in Pre)" \
+        in peri

@@ -205,8 +205,12 @@ def _edge_line(report: dict) -> list[str]:
 
 def markdown(report: dict) -> str:
     """report.md: the sentence first, then the evidence behind it."""
+    placement = report.get("placement", "pre")  # reports before --placement: Pre
     out = [f"# {report['display']} under the lab's protocol ({report['budget']} budget)", "",
-           f"`model.norm={report['norm']}` — {report['sentence']}", ""]
+           f"`model.norm={report['norm']}` — {report['sentence']}", "",
+           f"Placement tested: `model.placement={placement}`"
+           + ("" if placement == "pre" else " (the baselines are the lab's norms in Pre)") + ".",
+           ""]
     if report.get("reproduction"):
         r = report["reproduction"]
         out += [f"This machine against the committed reference: `{r['run']}` reproduced: "
