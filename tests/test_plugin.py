@@ -181,3 +181,18 @@ def test_a_changed_copy_is_refused(tmp_path):
     copy.write_text(GOOD + "\n# edited\n")
     with pytest.raises(ConfigError, match="differs from the norm the run was trained with"):
         plugin.run_copy(run)
+
+
+def test_a_leaky_outside_norm_trains_with_one_warning_and_its_checks_in_meta(tmp_path):
+    """A norm that pools over time (a later token moves earlier outputs) is not refused, but
+    the run says so in one line and keeps the failed check; a lab norm's run has no checks."""
+    run = tmp_path / "leaky"
+    result = run_cli("train", "--config", "configs/base.yaml", *TINY, "train.steps=2",
+                     "model.norm=tests/fixtures/time_norm.py:TimeGroupNorm", "--quiet",
+                     "--workdir", run)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "causal" in warnings[0], result.stderr
+    checks = json.loads((run / "meta.json").read_text())["norm_checks"]
+    assert checks["causal"]["holds"] is False and checks["causal"]["max_abs_diff"] > 1e-2
+    assert checks["batch_invariant"]["holds"] is True  # it pools over time, not over the batch

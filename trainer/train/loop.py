@@ -37,7 +37,8 @@ from trainer.train import checkpoint
 from trainer.train.evaluation import Evaluator
 from trainer.train.optimizer import decay_groups, make_optimizer
 from trainer.train.preempt import stop_requests
-from trainer.train.rundir import collect_meta, inspect_run_dir, run_lock, save_text_files
+from trainer.train.rundir import (collect_meta, inspect_run_dir, norm_contract_checks, run_lock,
+                                  save_text_files)
 from trainer.train.timing import Throughput, Timings
 from trainer.train.step import Step, make_eval_step, make_train_step
 from trainer.train.strategy import make_strategy, precision
@@ -175,7 +176,8 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
         checkpoint.make_checkpoint(run.model, run.optimizer, resumable=True), run_dir)
     if start == 0:
         _write_meta(cfg, run_dir, corpus, stats, strategy, argv,
-                    decay_groups(run.model.trainable_variables))
+                    decay_groups(run.model.trainable_variables),
+                    norm_contract_checks(cfg.model.norm, run.model))
     if start == 0 or not (run_dir / TOKENIZER).is_file():  # a run begun before runs saved it
         save_text_files(run_dir, corpus.tokenizer, sample_prompts(corpus, PROMPT_COUNT))
     writers = _open_curves(cfg, run_dir, start, stats)
@@ -226,8 +228,10 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
     return summary
 
 
-def _write_meta(cfg, run_dir: Path, corpus, stats: dict, strategy, argv, decay: dict) -> None:
-    """meta.json, and the weight-decay groups (``decay_groups``) once on the console."""
+def _write_meta(cfg, run_dir: Path, corpus, stats: dict, strategy, argv, decay: dict,
+                norm_checks: dict | None) -> None:
+    """meta.json, and the weight-decay groups (``decay_groups``) once on the console;
+    ``norm_checks``: a norm from outside the lab's contract checks (None: a lab norm)."""
     d, n = decay["decayed"], decay["not_decayed"]
     print(f"weight decay {cfg.train.weight_decay:g} on {d['tensors']} tensors ({d['params']:,} "
           f"parameters), none on {n['tensors']} ({n['params']:,})")
@@ -235,6 +239,8 @@ def _write_meta(cfg, run_dir: Path, corpus, stats: dict, strategy, argv, decay: 
                  "tokenizer_hash": corpus.tokenizer_hash, "data_stats": stats,
                  "devices": [d.name for d in tf.config.list_logical_devices()],
                  "replicas": strategy.num_replicas_in_sync, "weight_decay": decay}
+    if norm_checks is not None:
+        data_info["norm_checks"] = norm_checks
     write_json(run_dir / META,
                collect_meta(cfg, argv if argv is not None else sys.argv, data_info))
 

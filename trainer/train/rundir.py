@@ -131,6 +131,27 @@ def collect_meta(cfg, argv: list[str], data_info: dict) -> dict:
     }
 
 
+def norm_contract_checks(norm: str, model) -> dict | None:
+    """A norm from outside the lab: the norm contract's init-time checks on the run's own
+    model (``trainer.evaluate.properties.measure``: causal, batch- and padding-invariant,
+    train = inference, decode = forward; a few seconds, nothing of the model changed), for
+    meta.json's ``norm_checks``, and one warning line on stderr naming each check that fails.
+    None for a lab norm (their properties are declared and tested)."""
+    from trainer.models import plugin
+
+    if not plugin.is_plugin(norm):
+        return None
+    from trainer.evaluate.properties import measure
+
+    checks = measure(model)
+    failed = [name for name, check in checks.items() if not check["holds"]]
+    if failed:
+        print(f"warning: {norm} fails the norm contract at init: {', '.join(failed)} "
+              f"(meta.json norm_checks; python -m trainer evaluate-norm {norm} tells more)",
+              file=sys.stderr)
+    return checks
+
+
 def save_text_files(run_dir: Path, tok, prompts: list[list[int]]) -> None:
     """Write ``RUN_DIR/tokenizer.json`` (exactly ``tok.to_str()``: its sha256 prefix is
     meta.json's ``tokenizer_hash``) and ``RUN_DIR/prompts.json`` (the ids of the fixed
