@@ -14,7 +14,7 @@ seeds 0–2 for F19.
   training mode above ``DEPENDENT_MIN``.
 - F17 LN backward (``analyze ln-backward``): evidence: the texts' short formula matches autodiff
   within ``FORMULA_TOL`` (max over blocks, every seed and the interval); control: the full one.
-- F18 ε and the two-pass variance (in process, ``ln.epsilon_table``; a mechanism demonstration):
+- F18 ε and the two-pass variance (``analyze ln-epsilon``; a mechanism demonstration):
   evidence: the lab's LayerNorm keeps the offset token's spread and a constant token finite;
   controls: one-pass loses the spread at every ε, two-pass keeps it; ε = 0 turns a constant
   token into NaN, ε = 1e-5 into 0.
@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from trainer.findings import ln
+from trainer.analysis.ln_epsilon import METHODS, describe_output
 from trainer.findings.claim import BN_NORMS, TOKEN_NORMS, Finding, all_of, line
 from trainer.findings.core import GROUP, compare_losses, every_seed
+from trainer.findings.ln import definition_rows
 from trainer.findings.reference import Reference, seed_values
 from trainer.findings.thresholds import (DEPENDENT_MIN, EPSILONS, FORMULA_TOL, INVARIANT_MAX,
                                          LOSS_MARGIN, OFFSET, OFFSET_SPREAD, PLATEAU_MARGIN,
@@ -41,6 +40,7 @@ from trainer.results.metrics import REFUTED, SHOWN, Judged, compare, threshold
 
 DECODE_CSV = "analysis/decode.csv"
 LN_BACKWARD_CSV = "analysis/ln_backward.csv"
+LN_EPSILON_CSV = "analysis/ln_epsilon.csv"
 STREAM_CSV = "analysis/stream.csv"
 NORMS = TOKEN_NORMS + BN_NORMS
 ROW = dict(residual="true")  # the best-rate Pre + residual variants (every analysed run is Pre)
@@ -167,28 +167,57 @@ def f18(ref) -> Finding:
                     NaN/Inf on the constant one; one-pass keeping the spread (≤ {SPREAD_LOST:g}),
                     two-pass losing it, or a constant token not NaN at ε = 0 / not 0 at ε = 1e-5
                     is a failed control""", plot="analysis/ln_epsilon.png")
-    table = ln.epsilon_table()
-    offset, constant = table["offset"], table["constant"]
+    offset, constant = _epsilon_table(f, ref)
+    if f.missing:
+        return f
     lab = next(k for k in offset if k[0] == "lab")
     name = {"lab": "the lab's LayerNorm"}
     f.lines += [line(f"offset token, {name.get(m, m)} at ε = {e:g}, max error vs float64", v,
                      log=True) for (m, e), v in offset.items()]
     f.lines.append("constant token: " + ", ".join(
-        f"{name.get(m, m)} at ε = {e:g} → {ln.describe_output(y)}" for (m, e), y in constant.items()))
+        f"{name.get(m, m)} at ε = {e:g} → {describe_output(r)}" for (m, e), r in constant.items()))
+    finite = not int(constant[lab]["nan"]) and not int(constant[lab]["inf"])
     f.evidence("the lab's LayerNorm keeps the offset token's spread and a constant token finite",
                all_of(threshold(offset[lab], SPREAD_KEPT, "below", log=True),
-                      Judged(SHOWN if np.isfinite(constant[lab]).all() else REFUTED,
-                             "constant token finite" if np.isfinite(constant[lab]).all()
-                             else "constant token not finite")))
+                      Judged(SHOWN if finite else REFUTED,
+                             "constant token finite" if finite else "constant token not finite")))
     f.control("one-pass variance loses the offset token's spread at every ε",
               all(all(x > SPREAD_LOST for x in offset[("one-pass", e)].values())
                   for e in EPSILONS))
     f.control("two-pass variance keeps it at every ε",
               all(every_seed(offset[("two-pass", e)], SPREAD_KEPT, "below") for e in EPSILONS))
     f.control("ε = 0 turns a constant token into NaN, ε = 1e-5 into 0",
-              all(np.isnan(constant[(m, 0.0)]).all() and not np.any(constant[(m, 1e-5)])
-                  for m in ln.METHODS))
+              all(_all_nan(constant[(m, 0.0)]) and _all_zero(constant[(m, 1e-5)])
+                  for m in METHODS))
     return f
+
+
+def _epsilon_table(f: Finding, ref) -> tuple[dict, dict]:
+    """F18's numbers from ``analyze ln-epsilon``'s rows, in their order: ``offset`` (method, ε)
+    -> seed -> error (the lab's layer as method "lab", at its own ε); ``constant`` (method, ε)
+    -> the constant token's row. A table short of any of these is recorded missing."""
+    offset: dict = {}
+    constant: dict = {}
+    for r in definition_rows(f, ref, LN_EPSILON_CSV):
+        key = (r["method"], float(r["epsilon"]))
+        if r["token"] == "offset":
+            offset.setdefault(key, {})[int(r["seed"])] = float(r["error"])
+        else:
+            constant[key] = r
+    want = {(m, e) for m in METHODS for e in EPSILONS}
+    lab = {k for k in offset if k[0] == "lab"}
+    if not f.missing and not (want <= set(offset) and want <= set(constant) and lab
+                              and lab <= set(constant)):
+        f.missing.append(f"{LN_EPSILON_CSV}: every method at every ε, and the lab's LayerNorm")
+    return offset, constant
+
+
+def _all_nan(row: dict) -> bool:
+    return int(row["nan"]) == int(row["features"])
+
+
+def _all_zero(row: dict) -> bool:
+    return not int(row["nan"]) and not int(row["inf"]) and not float(row["max_abs"])
 
 
 def f19(ref: Reference) -> Finding:
