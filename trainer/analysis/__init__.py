@@ -52,7 +52,9 @@ def analysis_main(kind: str, doc: str, run, check=None, **options):
     """The ``main(argv)`` of a checkpoint analysis: ``RUN_DIR... --out DIR`` and ``options``
     (``param=option("--flag", ...)``), then ``run(run_dirs, out, param=value, ...)``.
     ``check(args)`` may reject values with a ``ConfigError``."""
-    name = kind.replace("-", "_")
+    from trainer.rundir import analysis_name
+
+    name = analysis_name(kind)
 
     def main(argv: list[str]) -> int:
         p = run_dirs_parser(kind, doc, f"{name}.csv/.png")

@@ -27,6 +27,7 @@ from trainer.analysis.thresholds import (EPSILONS, OFFSET, OFFSET_SPREAD, SPREAD
                                          SPREAD_LOST)
 from trainer.atomic import save_figure, subplots, write_csv
 from trainer.results.plots import DPI
+from trainer.rundir import analysis_name
 
 FEATURES = 64
 METHODS = ("one-pass", "two-pass")
@@ -148,8 +149,8 @@ def main(argv: list[str]) -> int:
                                 description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, type=Path, help="directory for ln_epsilon.csv/.png")
     args = p.parse_args(argv)
-    rows = measure()
-    write_csv(args.out / "ln_epsilon.csv", rows)
-    plot(rows, args.out / "ln_epsilon.png")
-    write_stamp(args.out / "ln_epsilon.csv", ["analyze", "ln-epsilon", *argv])
+    rows, out = measure(), args.out / analysis_name("ln-epsilon")
+    write_csv(out.with_suffix(".csv"), rows)
+    plot(rows, out.with_suffix(".png"))
+    write_stamp(out.with_suffix(".csv"), ["analyze", "ln-epsilon", *argv])
     return 0

@@ -24,6 +24,7 @@ import numpy as np
 
 from trainer.atomic import save_figure, subplots, write_csv
 from trainer.results.plots import DPI
+from trainer.rundir import analysis_name
 
 DOMINANT = [10.0, 0.0, 0.0, 0.0]
 NEAR_CONSTANT = [1.0, 1.01, 0.99, 1.0]
@@ -108,8 +109,8 @@ def main(argv: list[str]) -> int:
                                 description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, type=Path, help="directory for ln_numbers.csv/.png")
     args = p.parse_args(argv)
-    rows = measure()
-    write_csv(args.out / "ln_numbers.csv", rows)
-    plot(rows, args.out / "ln_numbers.png")
-    write_stamp(args.out / "ln_numbers.csv", ["analyze", "ln-numbers", *argv])
+    rows, out = measure(), args.out / analysis_name("ln-numbers")
+    write_csv(out.with_suffix(".csv"), rows)
+    plot(rows, out.with_suffix(".png"))
+    write_stamp(out.with_suffix(".csv"), ["analyze", "ln-numbers", *argv])
     return 0

@@ -40,15 +40,12 @@ from trainer.findings.reference import EXTRA, Reference
 from trainer.findings.thresholds import (DYT_RECIPE_ALPHA, EMBED_UNIT_SCALE, EXTRA_SEED_SETTINGS,
                                          MAX_SEEDS, REPLICATED)
 from trainer.provenance import read_stamp
-from trainer.rundir import CONFIG
+from trainer.rundir import CONFIG, analysis_output
 
 PLAN_FILE = "plan.json"
-GRAD_PROFILE = "init/grad_profile.csv"  # no runs: ``analyze grad-profile`` over seeds
-DECODE = "analysis/decode.csv"
-STREAM = "analysis/stream.csv"
-BATCH_SIZE = "analysis/batch_size.csv"
-PADDING = "analysis/padding.csv"
-LN_BACKWARD = "analysis/ln_backward.csv"
+GRAD_PROFILE = analysis_output("grad-profile")  # no runs: ``analyze grad-profile`` over seeds
+DECODE, STREAM, BATCH_SIZE, PADDING, LN_BACKWARD = map(
+    analysis_output, ("decode", "stream", "batch-size", "padding", "ln-backward"))
 
 
 @dataclass(frozen=True)

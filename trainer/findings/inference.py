@@ -36,12 +36,11 @@ from trainer.findings.thresholds import (DEPENDENT_MIN, EPSILONS, FORMULA_TOL, I
                                          LOSS_MARGIN, OFFSET, OFFSET_SPREAD, PLATEAU_MARGIN,
                                          PROBE_SAME_TOL, SCALE_PROBE_MARGIN, SPREAD_KEPT,
                                          SPREAD_LOST)
+from trainer.rundir import analysis_output
 from trainer.results.metrics import REFUTED, SHOWN, Judged, compare, threshold
 
-DECODE_CSV = "analysis/decode.csv"
-LN_BACKWARD_CSV = "analysis/ln_backward.csv"
-LN_EPSILON_CSV = "analysis/ln_epsilon.csv"
-STREAM_CSV = "analysis/stream.csv"
+DECODE_CSV, LN_BACKWARD_CSV, LN_EPSILON_CSV, STREAM_CSV = map(
+    analysis_output, ("decode", "ln-backward", "ln-epsilon", "stream"))
 NORMS = TOKEN_NORMS + BN_NORMS
 ROW = dict(residual="true")  # the best-rate Pre + residual variants (every analysed run is Pre)
 
@@ -67,7 +66,7 @@ def f15(ref: Reference) -> Finding:
                     {LOSS_MARGIN} nats worse than the LN model (paired by seed); a request
                     moving by > {INVARIANT_MAX:g} in the batch, or BN with batch statistics below
                     unigram − {PLATEAU_MARGIN}, is a failed control""",
-                plot="analysis/decode.png")
+                plot=analysis_output("decode", ".png"))
     rows = ref.analysis(f, DECODE_CSV)
     stream = _decode(f, rows, "stream_max_delta")
     served = _decode(f, rows, "served_loss")
@@ -104,7 +103,7 @@ def f16(ref: Reference) -> Finding:
                     full forward, inference mode and (BN) training mode""",
                 f"""nothing (causal attention and per-token statistics make it so): a norm's
                     logits moving by > {INVARIANT_MAX:g} in inference mode, or BN's in training
-                    mode by < {DEPENDENT_MIN:g}, would be a bug""", plot="analysis/decode.png")
+                    mode by < {DEPENDENT_MIN:g}, would be a bug""", plot=analysis_output("decode", ".png"))
     rows = ref.analysis(f, DECODE_CSV)
     grow = _decode(f, rows, "grow_max_delta")
     train = _decode(f, rows, "grow_max_delta_train", BN_NORMS)
@@ -129,7 +128,7 @@ def f17(ref: Reference) -> Finding:
                     (1/σ)(g − mean(g) − x̂·mean(g ⊙ x̂)); worst block per seed""",
                 f"""the short formula's error at or above {FORMULA_TOL:g} on some seed or
                     interval; the full formula's above it is a failed control""",
-                plot="analysis/ln_backward.png")
+                plot=analysis_output("ln-backward", ".png"))
     rows = ref.analysis(f, LN_BACKWARD_CSV)
     want = dict(norm="layer", placement="pre", **ROW)
     short = seed_values(f, rows, LN_BACKWARD_CSV, "short_error", **want)
@@ -166,7 +165,7 @@ def f18(ref) -> Finding:
                 f"""the lab's LayerNorm with an error ≥ {SPREAD_KEPT:g} on the offset token, or a
                     NaN/Inf on the constant one; one-pass keeping the spread (≤ {SPREAD_LOST:g}),
                     two-pass losing it, or a constant token not NaN at ε = 0 / not 0 at ε = 1e-5
-                    is a failed control""", plot="analysis/ln_epsilon.png")
+                    is a failed control""", plot=analysis_output("ln-epsilon", ".png"))
     offset, constant = _epsilon_table(f, ref)
     if f.missing:
         return f
@@ -231,7 +230,7 @@ def f19(ref: Reference) -> Finding:
                     (`affine`), each at its best rate; the same probe read from x̂ (before γ/β)""",
                 f"""R² with γ/β shown less than {SCALE_PROBE_MARGIN} above R² without (paired
                     by seed); R² from x̂ differing from R² from γ⊙x̂ + β by more than
-                    {PROBE_SAME_TOL:g} is a failed control""", plot="analysis/stream.png")
+                    {PROBE_SAME_TOL:g} is a failed control""", plot=analysis_output("stream", ".png"))
     rows = ref.analysis(f, STREAM_CSV)
     if rows and "scale_probe_r2" not in rows[0]:
         f.missing.append(f"{STREAM_CSV}: scale_probe_r2 (made before F19's probe)")

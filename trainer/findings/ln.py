@@ -24,9 +24,10 @@ import numpy as np
 
 from trainer.analysis.ln_numbers import JACOBIAN, vectors_of
 from trainer.findings.claim import Finding, line
+from trainer.rundir import analysis_output
 from trainer.findings.thresholds import DEPENDENT_MIN, INVARIANT_MAX, REEXPANDED_MIN, UNIT_TOL
 
-LN_NUMBERS_CSV = "analysis/ln_numbers.csv"
+LN_NUMBERS_CSV = analysis_output("ln-numbers")
 
 
 def definition_rows(f: Finding, ref, relpath: str) -> list[dict]:
@@ -53,7 +54,7 @@ def f13(ref) -> Finding:
                     vector's output mean or std off 0 / 1 by > {UNIT_TOL:g}, the near-constant
                     one's output std below {REEXPANDED_MIN}, an LN cross-token Jacobian entry >
                     {INVARIANT_MAX:g}, or BN's (training mode) ≤ {DEPENDENT_MIN:g}""",
-                plot="analysis/ln_numbers.png")
+                plot=analysis_output("ln-numbers", ".png"))
     rows = definition_rows(f, ref, LN_NUMBERS_CSV)
     if f.missing:
         return f
