@@ -16,7 +16,8 @@ import pytest
 from matplotlib.colors import to_hex
 from omegaconf import OmegaConf
 
-from trainer.results.palette import NORM_COLORS, Sweep, key_caption, short_label, swept_keys
+from trainer.results.config_values import swept_keys
+from trainer.results.palette import NORM_COLORS, Sweep, key_caption, short_label
 from trainer.results.plots import DPI, FIGURES, MAX_WIDTH_PX, NAMES, write_plots
 from trainer.results.run import Run
 

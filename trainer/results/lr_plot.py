@@ -21,8 +21,9 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, NullFormatter
 
 from trainer.atomic import save_figure, subplots
+from trainer.results.config_values import value_of
 from trainer.results.palette import (LINESTYLES, SEPARATOR, _ordered, key_caption, norm_color,
-                                     short_value, value_of)
+                                     short_value)
 from trainer.results.plots import BOLD, DPI, _finish
 
 NAME = "lr_sensitivity"
