@@ -299,3 +299,14 @@ def test_committed_reference_slice_reads_cleanly():
             _check_layout(fig)
         finally:
             plt.close(fig)
+
+
+def test_line_markers_leave_the_event_marks_alone():
+    """One marker table for every figure: a variant's line never wears ``^`` (an off-scale rate,
+    a loss spike) or ``x`` (a diverged run); a sweep's first combinations are plain lines."""
+    from trainer.results.palette import MARKERS, combo_look
+
+    looks = [combo_look(i) for i in range(4 * (len(MARKERS) + 2))]
+    assert [m for _, m in looks[:4]] == [None] * 4
+    assert len(set(looks)) == len(looks) - 4  # distinct until the markers come round again
+    assert not {m for _, m in looks} & {"^", "x"} and not set(MARKERS) & {"^", "x"}

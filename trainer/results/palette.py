@@ -109,8 +109,17 @@ def shades(color, n: int) -> list[tuple[float, float, float]]:
 # ---- the layout every figure of one sweep shares ------------------------------------------------
 
 LINESTYLES = ("-", "--", ":", "-.")
-MARKERS = (None, "o", "s", "^", "v", "D", "P", "X")  # after the 4 line styles run out
+# Markers of lines, one home for every figure: "^" and "x" are never among them (they mark
+# off-scale points, loss spikes and diverged runs in ``lr_plot`` and ``plots``).
+MARKERS = ("o", "s", "D", "v", "P", "h", "*", "X")
 NEUTRAL = "#555555"  # legend swatches for shades when each panel has its own hue
+
+
+def combo_look(i: int) -> tuple[str, str | None]:
+    """Line style and marker of a sweep's ``i``-th style combination: the line styles plain,
+    then each again with the next of ``MARKERS``."""
+    n = len(LINESTYLES)
+    return LINESTYLES[i % n], None if i < n else MARKERS[(i // n - 1) % len(MARKERS)]
 
 
 def _ordered(key: str, values) -> list[str]:
@@ -175,7 +184,7 @@ class Sweep:
             panel = (short_value(self.panel_key, vals[self.panel_key]) if self.panel_key
                      else short_label(first, keys) if len(groups) == 1 else "")
             variants.append(Variant(name, short_label(first, keys), members, panel, color,
-                                    LINESTYLES[style % 4], MARKERS[style // 4 % len(MARKERS)]))
+                                    *combo_look(style)))
             sort_keys[name] = tuple(order[k].index(vals[k]) for k in keys)
         self.variants = sorted(variants, key=lambda v: sort_keys[v.name])
         self.panels = list(dict.fromkeys(v.panel for v in self.variants)) or [""]
@@ -213,8 +222,8 @@ class Sweep:
             out.append(header("line: " + ", ".join(self.style_keys)))
             combos = itertools.product(*(self._order[k] for k in self.style_keys))
             for i, combo in enumerate(combos):
-                out.append(Line2D([], [], color="black", lw=1.5, ls=LINESTYLES[i % 4],
-                                  marker=MARKERS[i // 4 % len(MARKERS)],
+                dash, marker = combo_look(i)
+                out.append(Line2D([], [], color="black", lw=1.5, ls=dash, marker=marker,
                                   label=SEPARATOR.join(short_value(k, v) for k, v in
                                                        zip(self.style_keys, combo))))
         return out
