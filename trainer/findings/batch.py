@@ -30,7 +30,8 @@ from trainer.findings.core import GROUP, compare_losses, every_seed
 from trainer.findings.reference import Reference, seed_values
 from trainer.findings.thresholds import (DEPENDENT_MIN, FLAT_MAX, INVARIANT_MAX, LOSS_MARGIN,
                                          POLLUTION_MIN, SMALL_BATCH_GAP)
-from trainer.results.metrics import final_test_loss_precise_bn, threshold
+from trainer.results.metrics import final_test_loss_precise_bn
+from trainer.results.rule import threshold
 from trainer.rundir import analysis_output
 
 # The sub-sweep whose runs trained with each of the padding analysis' batchings (F9's pad share)

@@ -27,8 +27,9 @@ from trainer.findings.thresholds import (COLLAPSE_MARGIN, DEPENDENT_MIN, GAP_MIN
                                          HEALTHY_BELOW_BIGRAM, INVARIANT_MAX,
                                          LOSS_MARGIN)
 from trainer.results.baselines import at_plateau
-from trainer.results.metrics import (compare, final_probe, final_test_gap, final_test_loss,
-                                     final_test_loss_precise_bn, interval, threshold)
+from trainer.results.metrics import (final_probe, final_test_gap, final_test_loss,
+                                     final_test_loss_precise_bn, interval)
+from trainer.results.rule import compare, threshold
 from trainer.rundir import analysis_output
 
 GROUP = "best"  # every variant of the learning-rate table at its own best rate

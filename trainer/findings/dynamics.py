@@ -22,8 +22,8 @@ from trainer.findings.lr import describe, variant as lr_variant
 from trainer.findings.reference import Reference
 from trainer.findings.thresholds import (GROWTH_FACTOR, PROFILE_GROWTH, SENSITIVITY_MARGIN,
                                          WARMUP_MARGIN)
-from trainer.results.metrics import (REFUTED, SHOWN, Judged, compare, final_test_loss, not_worse,
-                                     threshold)
+from trainer.results.metrics import final_test_loss
+from trainer.results.rule import REFUTED, SHOWN, Judged, compare, not_worse, threshold
 from trainer.rundir import analysis_output
 
 WARM, COLD = 50, 0  # the reference's warm-up steps, and none

@@ -37,7 +37,7 @@ from trainer.findings.thresholds import (DEPENDENT_MIN, EPSILONS, FORMULA_TOL, I
                                          PROBE_SAME_TOL, SCALE_PROBE_MARGIN, SPREAD_KEPT,
                                          SPREAD_LOST)
 from trainer.rundir import analysis_output
-from trainer.results.metrics import REFUTED, SHOWN, Judged, compare, threshold
+from trainer.results.rule import REFUTED, SHOWN, Judged, compare, threshold
 
 DECODE_CSV, LN_BACKWARD_CSV, LN_EPSILON_CSV, STREAM_CSV = map(
     analysis_output, ("decode", "ln-backward", "ln-epsilon", "stream"))

@@ -32,8 +32,8 @@ context.
 from trainer.results.baselines import at_plateau
 from trainer.findings.claim import BASE, Finding, all_of, line
 from trainer.findings.core import GROUP, compare_losses, every_seed
-from trainer.results.metrics import (compare, final_probe, final_test_loss, interval, max_probe,
-                                     not_worse, threshold)
+from trainer.results.metrics import final_probe, final_test_loss, interval, max_probe
+from trainer.results.rule import compare, not_worse, threshold
 from trainer.findings.reference import Reference, seed_values
 from trainer.telemetry.definitions import SATURATION_X  # F14's probe threshold
 from trainer.rundir import analysis_output
