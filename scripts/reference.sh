@@ -61,7 +61,10 @@ for part in "${parts[@]}"; do
       # F15, F16 (every norm, Pre + residual) and F17 (LayerNorm)
       "$PYTHON" -m trainer analyze decode "${ln[@]}" "${rms[@]}" "${dyt[@]}" "${none[@]}" "${bn[@]}" \
         "${mbn[@]}" --out "$out/analysis"
-      "$PYTHON" -m trainer analyze ln-backward "${ln[@]}" --out "$out/analysis" ;;
+      "$PYTHON" -m trainer analyze ln-backward "${ln[@]}" --out "$out/analysis"
+      # F13, F18: LN's definition measured (no runs, no checkpoint)
+      "$PYTHON" -m trainer analyze ln-numbers --out "$out/analysis"
+      "$PYTHON" -m trainer analyze ln-epsilon --out "$out/analysis" ;;
     findings)
       "$PYTHON" -m trainer findings "$out" > /dev/null && echo "wrote results/README.md" ;;
     *) echo "error: unknown part '$part'" >&2; exit 2 ;;

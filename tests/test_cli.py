@@ -47,7 +47,7 @@ def test_analyze_help_lists_every_analysis():
     text = " ".join(_help("analyze").split())  # argparse wraps the list
     kinds = re.search(r"arguments: KIND (.+?) args ", text).group(1)
     assert [k.strip() for k in kinds.split(",")] == list(ANALYSES)
-    assert len(ANALYSES) == 7
+    assert len(ANALYSES) == 9
 
 
 def test_bench_help_lists_every_bench_subcommand_and_each_parses():

@@ -20,6 +20,7 @@ from tests.reference_fixture import build, changing
 from trainer.config import ConfigError, load_config
 from trainer.findings import core
 from trainer.findings import extra as X
+from trainer.findings import extra_run as XR
 from trainer.findings import page as P
 from trainer.findings.claim import BN_NORMS
 from trainer.findings.reference import EXTRA, Reference
@@ -162,7 +163,7 @@ def test_a_new_seed_trains_from_its_seed_zero_runs_config(tmp_path):
     train_runs(root / "best", {"norm=layer": ["runtime.xla=false", "train.lr=0.002"]})
     ref = Reference(root)
     plan = X.Plan(parts=[{"claim": "S"}], runs={"best/norm=layer,seed=3": "best/norm=layer"})
-    X.run_plan(ref, plan, parallel=1)
+    XR.run_plan(ref, plan, parallel=1)
     new = root / EXTRA / "best" / "norm=layer,seed=3"
     assert json.loads((new / "summary.json").read_text())["status"] == "completed"
     a, b = (OmegaConf.to_container(load_config(d / "config.yaml"))
@@ -170,7 +171,7 @@ def test_a_new_seed_trains_from_its_seed_zero_runs_config(tmp_path):
     assert b["train"]["seed"] == 3 and b["train"]["lr"] == 0.002
     assert a == {**b, "train": {**b["train"], "seed": a["train"]["seed"]}}
     stamp = (new / "summary.json").stat().st_mtime
-    X.run_plan(Reference(root), plan, parallel=1)
+    XR.run_plan(Reference(root), plan, parallel=1)
     assert (new / "summary.json").stat().st_mtime == stamp
     extra = Reference(root).with_extra()
     assert {r.name for r in extra.groups["best"]} == {"best/norm=layer",
@@ -186,21 +187,21 @@ def test_a_run_is_reproduced_for_an_analysis_until_its_reproduction_passes(tmp_p
     run = root / "best" / "norm=layer"
     (run / "checkpoints").mkdir(parents=True)
     ref = Reference(root)
-    out, command = X._checkpoint(ref, "best/norm=layer")
+    out, command = XR._checkpoint(ref, "best/norm=layer")
     assert command[3:] == ["reproduce", str(run), "--out", str(out)]  # nothing there yet
     assert out == Path("runs/ckpt/reference/best/norm=layer")
     out.mkdir(parents=True)
-    assert X._checkpoint(ref, "best/norm=layer")[1][-1] == "--reuse"  # unfinished: resumed
-    assert "failed (rerun the same command" in X._not_reproduced(str(run), out, 1)
+    assert XR._checkpoint(ref, "best/norm=layer")[1][-1] == "--reuse"  # unfinished: resumed
+    assert "failed (rerun the same command" in XR._not_reproduced(str(run), out, 1)
     text = "MISMATCH: summary final_eval_loss: ...; different instruction sets: ..."
     (out / "reproduce.json").write_text(json.dumps({"verdict": "MISMATCH", "text": text}))
-    assert X._checkpoint(ref, "best/norm=layer")[1][-1] == "--reuse"  # compared again
-    why = X._not_reproduced(str(run), out, 3)  # says what differs; rerunning does not help
+    assert XR._checkpoint(ref, "best/norm=layer")[1][-1] == "--reuse"  # compared again
+    why = XR._not_reproduced(str(run), out, 3)  # says what differs; rerunning does not help
     assert "did not reproduce" in why and "(and 2 more)" in why and why.endswith(text)
     (out / "reproduce.json").write_text(json.dumps({"verdict": "IDENTICAL"}))
-    assert X._checkpoint(ref, "best/norm=layer") == (out, None)
+    assert XR._checkpoint(ref, "best/norm=layer") == (out, None)
     (run / "checkpoints" / "ckpt-1.index").write_text("")  # its own checkpoint comes first
-    assert X._checkpoint(ref, "best/norm=layer") == (run, None)
+    assert XR._checkpoint(ref, "best/norm=layer") == (run, None)
 
 
 @pytest.mark.slow
@@ -218,9 +219,9 @@ def test_the_runs_the_analyses_read_are_reproduced_once_in_parallel(tmp_path, mo
     (root / EXTRA / X.DECODE).write_text("run\n")  # written already: its runs are not needed
     plan = X.Plan(analyses={X.STREAM: ["best/layer"], X.BATCH_SIZE: ["best/layer"],
                             X.DECODE: ["best/none"]})
-    X._reproduce_for_analyses(Reference(root), plan, parallel=2)
+    XR._reproduce_for_analyses(Reference(root), plan, parallel=2)
     made = sorted(p.parent.name for p in Path("runs/ckpt").rglob("reproduce.json"))
     assert made == ["layer"]
     verdict = json.loads((Path("runs/ckpt/reference/best/layer") / "reproduce.json").read_text())
     assert verdict["verdict"] in ("IDENTICAL", "WITHIN TOLERANCE")
-    assert X._checkpoint(Reference(root), "best/layer")[1] is None
+    assert XR._checkpoint(Reference(root), "best/layer")[1] is None

@@ -26,7 +26,7 @@ POST = ("layer", "true", "post", 50)
 
 
 CLAIMS = {("S" if fn.__name__ == "scale" else fn.__name__.upper()): fn for fn in P.all_claims()}
-# F13 and F18 compute LN themselves (tests/test_findings_ln.py, tests/test_findings_inference.py)
+# F13 and F18 read LN's definition measured, not runs (tests/test_findings_ln.py)
 RUNS_READ = [c for c in CLAIMS if c not in ("F13", "F18")]
 # controls alone: batch statistics read the batch (F1, F8); LN's definition; causal attention
 CHECKS_ONLY = ("F1", "F8", "F13", "F16")

@@ -1,4 +1,4 @@
-"""The statistics rule of pre-registration 2 (trainer/results/metrics.py compare, not_worse,
+"""The statistics rule of pre-registration 2 (trainer/results/rule.py compare, not_worse,
 threshold; trainer/findings/claim.py verdict): each outcome is reachable, the intervals are the
 textbook ones (scipy's t quantiles), and no verdict whose failing parts are underpowered reads
 "no"."""
@@ -12,8 +12,8 @@ import pytest
 from scipy import stats
 
 from trainer.findings.claim import VERDICTS, Part, verdict
-from trainer.results.metrics import (REFUTED, SHOWN, STRADDLES, UNDERPOWERED, compare,
-                                     not_worse, paired, threshold)
+from trainer.results.rule import (REFUTED, SHOWN, STRADDLES, UNDERPOWERED, compare, not_worse,
+                                  paired, threshold)
 
 
 def test_paired_reads_only_common_seeds_and_its_interval_is_the_t_interval():

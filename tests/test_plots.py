@@ -16,7 +16,8 @@ import pytest
 from matplotlib.colors import to_hex
 from omegaconf import OmegaConf
 
-from trainer.results.palette import NORM_COLORS, Sweep, key_caption, short_label, swept_keys
+from trainer.results.config_values import swept_keys
+from trainer.results.palette import NORM_COLORS, Sweep, key_caption, short_label
 from trainer.results.plots import DPI, FIGURES, MAX_WIDTH_PX, NAMES, write_plots
 from trainer.results.run import Run
 
@@ -298,3 +299,14 @@ def test_committed_reference_slice_reads_cleanly():
             _check_layout(fig)
         finally:
             plt.close(fig)
+
+
+def test_line_markers_leave_the_event_marks_alone():
+    """One marker table for every figure: a variant's line never wears ``^`` (an off-scale rate,
+    a loss spike) or ``x`` (a diverged run); a sweep's first combinations are plain lines."""
+    from trainer.results.palette import MARKERS, combo_look
+
+    looks = [combo_look(i) for i in range(4 * (len(MARKERS) + 2))]
+    assert [m for _, m in looks[:4]] == [None] * 4
+    assert len(set(looks)) == len(looks) - 4  # distinct until the markers come round again
+    assert not {m for _, m in looks} & {"^", "x"} and not set(MARKERS) & {"^", "x"}

@@ -19,7 +19,9 @@ def command_line_environment() -> None:
 
 def import_tensorflow_quietly():
     """Import TensorFlow with stderr muted: its CUDA probe on CPU machines logs through absl
-    before TF_CPP_MIN_LOG_LEVEL is read. Errors still surface (as the raised exception)."""
+    before TF_CPP_MIN_LOG_LEVEL is read. None when TensorFlow cannot be imported (the findings
+    page needs none: TensorBoard's event reader then uses its own stub); other errors still
+    surface (as the raised exception)."""
     import os
     import sys
 
@@ -29,6 +31,8 @@ def import_tensorflow_quietly():
     os.dup2(devnull, 2)
     try:
         import tensorflow
+    except ImportError:  # nothing to mute; a command that needs it fails at its own import
+        return None
     finally:
         os.dup2(saved, 2)
         os.close(saved)

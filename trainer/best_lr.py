@@ -33,7 +33,7 @@ from omegaconf import OmegaConf
 
 from trainer.config import ConfigError
 from trainer.results.lr_sweep import LR_KEY, lr_variants, variant_keys
-from trainer.results.palette import value_of
+from trainer.results.config_values import value_of
 from trainer.results.run import load_runs
 
 FIELDS = ("from", "match", "factors", "reuse")

@@ -32,6 +32,13 @@ A results directory (``python -m trainer summarize ROOT``, ``trainer.results.sum
     ROOT/lr_sweep.md        LR_SWEEP_MD  the same, as a table
     ROOT/plots/             PLOTS        the sweep's figures
 
+A reference root's analyses (``python -m trainer analyze KIND … --out``, ``trainer.analysis``;
+the claims in ``trainer.findings`` read them), each output's path ``analysis_output(KIND)``::
+
+    ROOT/analysis/NAME.csv  ANALYSIS     KIND's rows (NAME: KIND with "_" for "-"), beside
+                                         NAME.png (its figure) and NAME.meta.json (its stamp)
+    ROOT/init/NAME.csv      INIT         the same for ``grad-profile``, the analysis at init
+
 No TensorFlow here: the training loop writes these files, ``trainer.results`` reads them.
 """
 
@@ -64,6 +71,20 @@ SUMMARY_MD = "summary.md"
 LR_SWEEP_CSV = "lr_sweep.csv"
 LR_SWEEP_MD = "lr_sweep.md"
 PLOTS = "plots"
+ANALYSIS = "analysis"
+INIT = "init"
+
+
+def analysis_name(kind: str) -> str:
+    """An analysis KIND's file stem: ``ln-backward`` -> ``ln_backward``."""
+    return kind.replace("-", "_")
+
+
+def analysis_output(kind: str, suffix: str = ".csv") -> str:
+    """The path under a reference root of what ``analyze KIND`` writes there, e.g.
+    ``analysis/decode.csv``; ``init/grad_profile.csv`` for ``grad-profile`` (``suffix``:
+    ``.png`` for its figure)."""
+    return f"{INIT if kind == 'grad-profile' else ANALYSIS}/{analysis_name(kind)}{suffix}"
 
 FINISHED = ("completed", "diverged")  # summary.json statuses of a run that will not train on
 

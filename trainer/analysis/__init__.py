@@ -6,7 +6,8 @@ CSV, ``NAME.meta.json``: the commit and tree state that made it and its command 
 (``trainer.provenance.write_stamp``), which the findings page's Provenance lists.
 
 Modules, one per KIND: ``grad_profile`` (at init), ``batch_size``, ``composition``, ``padding``,
-``stream``, ``decode``, ``ln_backward`` (from checkpoints); and ``thresholds``, the
+``stream``, ``decode``, ``ln_backward`` (from checkpoints), ``ln_numbers`` and ``ln_epsilon``
+(LN's definition measured: no model, no run); and ``thresholds``, the
 pre-registered numbers they draw (below the claims: no analysis imports ``trainer.findings``).
 """
 
@@ -14,7 +15,8 @@ ANALYSES = {"grad-profile": "trainer.analysis.grad_profile",
             "batch-size": "trainer.analysis.batch_size",
             "composition": "trainer.analysis.composition", "padding": "trainer.analysis.padding",
             "stream": "trainer.analysis.stream", "decode": "trainer.analysis.decode",
-            "ln-backward": "trainer.analysis.ln_backward"}
+            "ln-backward": "trainer.analysis.ln_backward",
+            "ln-numbers": "trainer.analysis.ln_numbers", "ln-epsilon": "trainer.analysis.ln_epsilon"}
 
 
 def run_dirs_parser(kind: str, doc: str, outputs: str):
@@ -50,7 +52,9 @@ def analysis_main(kind: str, doc: str, run, check=None, **options):
     """The ``main(argv)`` of a checkpoint analysis: ``RUN_DIR... --out DIR`` and ``options``
     (``param=option("--flag", ...)``), then ``run(run_dirs, out, param=value, ...)``.
     ``check(args)`` may reject values with a ``ConfigError``."""
-    name = kind.replace("-", "_")
+    from trainer.rundir import analysis_name
+
+    name = analysis_name(kind)
 
     def main(argv: list[str]) -> int:
         p = run_dirs_parser(kind, doc, f"{name}.csv/.png")

@@ -1,4 +1,5 @@
-"""The pre-registered thresholds the analyses draw on their figures, with the reason for each.
+"""The pre-registered thresholds the analyses draw on their figures, with the reason for each
+(and F18's token and ε grid, which ``analyze ln-epsilon`` measures).
 
 They are claims' thresholds (``trainer.findings.thresholds`` imports them under the same names,
 with every other threshold): they live here, below both, so that the analyses read them without
@@ -28,3 +29,14 @@ FLAT_SPREAD_MAX = 1e-3
 # F17: an analytic gradient "matches" autodiff when its max error is below a thousandth of the
 # gradient's largest entry (float32 autodiff and the exact formula agree to ~1e-6 of it).
 FORMULA_TOL = 1e-3
+
+# ---- F18 -----------------------------------------------------------------------------------
+# F18 (a mechanism demonstration, no runs): the token with a large common offset, in float32.
+OFFSET = 1e4
+OFFSET_SPREAD = 1.0  # std of the token's features around the offset (float32 keeps ~1e-3 of it)
+EPSILONS = (0.0, 1e-12, 1e-5)
+# An LN output "keeps the spread" when its max error against the float64 two-pass LN of the same
+# float32 input is below 1e-2 (a hundredth of a unit-variance feature) ...
+SPREAD_KEPT = 1e-2
+# ... and "loses" it when the error exceeds 0.1 (or the output is NaN/Inf).
+SPREAD_LOST = 0.1

@@ -8,7 +8,8 @@ package's ``thresholds`` imports them under the same names.
 - ``claim``: the ``Finding`` record and its formatting;
 - ``reference``: the reference runs as one object, looked up by config values;
 - ``core`` (S, F1-F4), ``dynamics`` (F5, F6), ``batch`` (F7-F9), ``stream`` (F10, F12, F14),
-  ``depth`` (F11), ``ln`` (F13), ``inference`` (F15-F19): one function per claim;
+  ``depth`` (F11), ``ln`` (F13), ``inference`` (F15-F19): one function per claim (F13's and
+  F18's numbers from ``analyze ln-numbers`` and ``ln-epsilon``: the page needs no TensorFlow);
 - ``lr``: the learning-rate table (best rate and sensitivity per variant);
 - ``page``: results/README.md; ``figures``, ``figures_best``: the claims' own figures;
   ``history``: each verdict against the archived page's, with the reason it changed;
@@ -16,5 +17,6 @@ package's ``thresholds`` imports them under the same names.
 - ``replication``: the claims judged in every setting of pre-registration 2, the claim ×
   setting table, each setting's headline variants, "What we found"; ``headline``: its figure;
 - ``extra``: pre-registration 2's extra seeds for underpowered parts (the plan, the
-  ``extra-seeds`` command, each claim judged with them).
+  ``extra-seeds`` command, each claim judged with them); ``extra_run``: its runner (the new
+  seeds trained, checkpoints reproduced, analyses re-run).
 """

@@ -30,7 +30,9 @@ from trainer.findings.core import GROUP, compare_losses, every_seed
 from trainer.findings.reference import Reference, seed_values
 from trainer.findings.thresholds import (DEPENDENT_MIN, FLAT_MAX, INVARIANT_MAX, LOSS_MARGIN,
                                          POLLUTION_MIN, SMALL_BATCH_GAP)
-from trainer.results.metrics import final_test_loss_precise_bn, threshold
+from trainer.results.metrics import final_test_loss_precise_bn
+from trainer.results.rule import threshold
+from trainer.rundir import analysis_output
 
 # The sub-sweep whose runs trained with each of the padding analysis' batchings (F9's pad share)
 TRAINED_IN = {"bucketed": GROUP, "pad_to_max": "pad_to_max", "small_batch": "small_batch"}
@@ -44,8 +46,8 @@ def f7(ref: Reference) -> Finding:
                     and BN runs (`analyze batch-size`)""",
                 f"""BN in training mode at B = 1 not worse than at B = 64 by {SMALL_BATCH_GAP}
                     nats; LN, or BN with running statistics, moving by > {FLAT_MAX:g} across B is
-                    a failed control""", plot="analysis/batch_size.png")
-    csv = "analysis/batch_size.csv"
+                    a failed control""", plot=analysis_output("batch-size", ".png"))
+    csv = analysis_output("batch-size")
     rows = ref.analysis(f, csv)
     if f.missing:
         return f
@@ -100,8 +102,8 @@ def f8(ref: Reference) -> Finding:
                     controls: BN moving logits by ≤ {DEPENDENT_MIN:g} in training mode, or
                     LayerNorm or RMSNorm moving them by ≥ {INVARIANT_MAX:g}, is a broken
                     implementation""",
-                plot="analysis/composition.png")
-    csv = "analysis/composition.csv"
+                plot=analysis_output("composition", ".png"))
+    csv = analysis_output("composition")
     rows = ref.analysis(f, csv)
     if f.missing:
         return f
@@ -131,8 +133,8 @@ def f9(ref: Reference) -> Finding:
                     small-batch sub-sweeps, each at its best grid rate""",
                 f"""a pad-to-max shift < {POLLUTION_MIN} on some seed or over the interval, or
                     `masked_batch` not better than `batch` by {LOSS_MARGIN} nats under pad-to-max
-                    or under small batches""", plot="analysis/padding.png")
-    csv = "analysis/padding.csv"
+                    or under small batches""", plot=analysis_output("padding", ".png"))
+    csv = analysis_output("padding")
     rows = ref.analysis(f, csv)
     loss = {(g, n): ref.per_seed(f, g, final_test_loss_precise_bn, norm=n, **BASE)
             for g in ("pad_to_max", "small_batch") for n in BN_NORMS}

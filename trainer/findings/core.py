@@ -27,8 +27,10 @@ from trainer.findings.thresholds import (COLLAPSE_MARGIN, DEPENDENT_MIN, GAP_MIN
                                          HEALTHY_BELOW_BIGRAM, INVARIANT_MAX,
                                          LOSS_MARGIN)
 from trainer.results.baselines import at_plateau
-from trainer.results.metrics import (compare, final_probe, final_test_gap, final_test_loss,
-                                     final_test_loss_precise_bn, interval, threshold)
+from trainer.results.metrics import (final_probe, final_test_gap, final_test_loss,
+                                     final_test_loss_precise_bn, interval)
+from trainer.results.rule import compare, threshold
+from trainer.rundir import analysis_output
 
 GROUP = "best"  # every variant of the learning-rate table at its own best rate
 
@@ -112,14 +114,15 @@ def f2(ref: Reference) -> Finding:
                     sequences at B = 64 (`analyze batch-size`)""",
                 f"""BN's population-statistics gap < {GAP_MIN} nats; LN with |gap| > {GAP_ZERO:g}
                     is a failed control""", plot=f"{GROUP}/plots/f2_test_gap.png")
-    rows = ref.analysis(f, "analysis/batch_size.csv")
+    csv = analysis_output("batch-size")
+    rows = ref.analysis(f, csv)
     want = dict(warmup_steps=50, **BASE)
     ema = {n: ref.per_seed(f, GROUP, final_test_gap, norm=n, **want) for n in BN_NORMS}
     pop = {n: ref.per_seed(f, GROUP, lambda r: final_test_gap(r, precise=True), norm=n, **want)
            for n in BN_NORMS}
     ln = mode_gap(rows, "layer")
     if not f.missing and not ln:
-        f.missing.append("analysis/batch_size.csv: layer")
+        f.missing.append(f"{csv}: layer")
     if f.missing:
         return f
     f.lines.append(line("layer, training − inference mode", ln))

@@ -27,7 +27,8 @@ from trainer.findings.core import GROUP, compare_losses
 from trainer.findings.reference import Reference
 from trainer.findings.thresholds import LOSS_MARGIN, NULL_MARGIN
 from trainer.results.baselines import at_plateau
-from trainer.results.metrics import final_test_loss, interval, not_worse, threshold
+from trainer.results.metrics import final_test_loss, interval
+from trainer.results.rule import not_worse, threshold
 
 HEALTHY = ("Pre-LN + residual", dict(norm="layer", residual="true", placement="pre"))
 NO_NORM = ("no norm + residual", dict(norm="none", residual="true", placement="pre"))

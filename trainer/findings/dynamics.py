@@ -22,8 +22,9 @@ from trainer.findings.lr import describe, variant as lr_variant
 from trainer.findings.reference import Reference
 from trainer.findings.thresholds import (GROWTH_FACTOR, PROFILE_GROWTH, SENSITIVITY_MARGIN,
                                          WARMUP_MARGIN)
-from trainer.results.metrics import (REFUTED, SHOWN, Judged, compare, final_test_loss, not_worse,
-                                     threshold)
+from trainer.results.metrics import final_test_loss
+from trainer.results.rule import REFUTED, SHOWN, Judged, compare, not_worse, threshold
+from trainer.rundir import analysis_output
 
 WARM, COLD = 50, 0  # the reference's warm-up steps, and none
 
@@ -99,13 +100,13 @@ def f6(ref: Reference) -> Finding:
                 f"""Post-LN without warm-up neither worse by {WARMUP_MARGIN} nats nor trainable at
                     fewer rates; Pre-LN without warm-up worse or trainable at fewer rates; or
                     Post-LN's init ratio not above {PROFILE_GROWTH} (Pre-LN's not below)""",
-                plots=("lr/plots/lr_sensitivity.png", "init/grad_profile.png"))
+                plots=("lr/plots/lr_sensitivity.png", analysis_output("grad-profile", ".png")))
     want = dict(norm="layer", residual="true")
     loss = {(p, w): ref.per_seed(f, GROUP, final_test_loss, seeds=ref.headline_seeds, placement=p,
                                  warmup_steps=w, **want) for p in ("pre", "post") for w in (WARM, COLD)}
     lr = {(p, w): lr_variant(ref, f, placement=p, warmup_steps=w, **want)
           for p in ("pre", "post") for w in (WARM, COLD)}
-    profile = ref.grad_profile(f, "init")
+    profile = ref.grad_profile(f)
     if f.missing:
         return f
     for (p, w), v in loss.items():

@@ -6,9 +6,6 @@
   (before any learning) is not an effect of failing to train.
 - ``loss_by_depth.png`` (F11): final test loss at 2, 6 (from ``best``) and 12 blocks per
   variant; a mean over fewer seeds than the other points is marked (hollow, faint segments).
-- ``ln_numbers.png`` (F13): the two example vectors before and after LayerNorm.
-- ``ln_epsilon.png`` (F18): the offset token's error per variance method and ε, and what
-  each makes of the constant token.
 - ``dyt/plots/saturation.png`` (the lab's DyT without its authors' recipe, F14's context):
   final test loss, and DyT saturation at step 0 (hollow) and at the end (filled), vs initial α,
   seeds as points, mean as line, with the baselines and ``SATURATED_MIN`` drawn in.
@@ -18,6 +15,9 @@
   evaluation step, one thin line per seed, one colour per α, ``SATURATED_MIN`` dashed. The
   numbers come from ``dyt_recipe_values``.
 - F2, F3, F5 (the claims judged on ``best``): ``figures_best``.
+
+F13's and F18's figures (``analysis/ln_numbers.png``, ``analysis/ln_epsilon.png``) are drawn by
+their analyses (``analyze ln-numbers``, ``analyze ln-epsilon``) beside their CSVs.
 
 Each function draws one figure from the reference and returns it, or None when the runs it
 draws are missing; ``write_claim_figures`` saves them (``FIGURES``: path -> function).
@@ -266,65 +266,12 @@ def dyt_recipe_saturation(ref):
     return fig
 
 
-def ln_numbers():
-    """F13's figure: each example vector before and after the lab's LayerNorm."""
-    import numpy as np
-
-    from trainer.findings.ln import DOMINANT, NEAR_CONSTANT, normalise
-
-    out = normalise([DOMINANT, NEAR_CONSTANT])
-    fig, axes = subplots(1, 2, figsize=(9, 3.4), constrained_layout=True)
-    for ax, name, x, y in zip(axes, ("one dominant feature", "near-constant"),
-                              (DOMINANT, NEAR_CONSTANT), out):
-        idx = np.arange(len(x))
-        ax.bar(idx - 0.2, x, 0.4, color="#bbbbbb", label="input x")
-        ax.bar(idx + 0.2, y, 0.4, color=NORM_COLORS["layer"], label="LN(x)")
-        ax.axhline(0, color="k", lw=0.8)
-        ax.set_xticks(idx, [f"feature {i}" for i in idx])
-        ax.set_title(f"{name}: std {np.std(x):.3g} → {np.std(y):.3g}", loc="left")
-        ax.legend(frameon=False)
-    return fig
-
-
-def ln_epsilon():
-    """F18's figure: a grid of variance method × ε, each cell coloured by what LN made of the
-    offset token (kept its spread, lost it, NaN/Inf; worst seed) and labelled with that error
-    and with the constant token's output."""
-    import numpy as np
-    from matplotlib.colors import ListedColormap
-
-    from trainer.findings.ln import describe_output, epsilon_table
-    from trainer.findings.thresholds import EPSILONS, SPREAD_KEPT, SPREAD_LOST
-
-    table = epsilon_table()
-    methods = list(dict.fromkeys(m for m, _ in table["offset"]))
-    grid = np.full((len(methods), len(EPSILONS)), np.nan)
-    fig, ax = subplots(figsize=(8, 3.6), constrained_layout=True)
-    for (m, e), errors in table["offset"].items():
-        i, j, worst = methods.index(m), EPSILONS.index(e), max(errors.values())
-        grid[i, j] = 3 if math.isinf(worst) else 2 if worst > SPREAD_LOST else \
-            0 if worst < SPREAD_KEPT else 1
-        ax.text(j, i, f"offset: {'NaN/Inf' if math.isinf(worst) else f'{worst:.2g}'}\n"
-                      f"constant: {describe_output(table['constant'][(m, e)])}",
-                ha="center", va="center", fontsize=9)
-    colors = ListedColormap(["#a1d99b", "#dddddd", "#fdae6b", "#fc9272"])
-    ax.imshow(np.ma.masked_invalid(grid), cmap=colors, vmin=-0.5, vmax=3.5, aspect="auto")
-    ax.set_xticks(range(len(EPSILONS)), [f"ε = {e:g}" for e in EPSILONS])
-    ax.set_yticks(range(len(methods)), [{"lab": "lab LayerNorm"}.get(m, m) for m in methods])
-    ax.set_title(f"F18 (mechanism demonstration): LN in float32; green keeps the spread "
-                 f"(< {SPREAD_KEPT:g}),\norange loses it (> {SPREAD_LOST:g}), red NaN/Inf; "
-                 f"worst of 3 seeds", loc="left", fontsize=10)
-    return fig
-
-
 # Each claim figure: its path under the reference root (what the claim's ``plot``/``plots``
 # names) -> the function drawing it from the reference (None: its runs are missing).
 FIGURES = {f"{GROUP}/plots/collapse_by_depth.png": collapse_by_depth,
            "depth/plots/loss_by_depth.png": loss_by_depth,
            "dyt/plots/saturation.png": saturation_by_alpha,
            "dyt_recipe/plots/saturation.png": dyt_recipe_saturation,
-           "analysis/ln_numbers.png": lambda ref: ln_numbers() if ref.runs else None,
-           "analysis/ln_epsilon.png": lambda ref: ln_epsilon() if ref.runs else None,
            **figures_best.FIGURES}
 
 

@@ -14,7 +14,7 @@ seeds 0–2 for F19.
   training mode above ``DEPENDENT_MIN``.
 - F17 LN backward (``analyze ln-backward``): evidence: the texts' short formula matches autodiff
   within ``FORMULA_TOL`` (max over blocks, every seed and the interval); control: the full one.
-- F18 ε and the two-pass variance (in process, ``ln.epsilon_table``; a mechanism demonstration):
+- F18 ε and the two-pass variance (``analyze ln-epsilon``; a mechanism demonstration):
   evidence: the lab's LayerNorm keeps the offset token's spread and a constant token finite;
   controls: one-pass loses the spread at every ε, two-pass keeps it; ε = 0 turns a constant
   token into NaN, ε = 1e-5 into 0.
@@ -27,21 +27,20 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from trainer.findings import ln
+from trainer.analysis.ln_epsilon import METHODS, describe_output
 from trainer.findings.claim import BN_NORMS, TOKEN_NORMS, Finding, all_of, line
 from trainer.findings.core import GROUP, compare_losses, every_seed
+from trainer.findings.ln import definition_rows
 from trainer.findings.reference import Reference, seed_values
 from trainer.findings.thresholds import (DEPENDENT_MIN, EPSILONS, FORMULA_TOL, INVARIANT_MAX,
                                          LOSS_MARGIN, OFFSET, OFFSET_SPREAD, PLATEAU_MARGIN,
                                          PROBE_SAME_TOL, SCALE_PROBE_MARGIN, SPREAD_KEPT,
                                          SPREAD_LOST)
-from trainer.results.metrics import REFUTED, SHOWN, Judged, compare, threshold
+from trainer.rundir import analysis_output
+from trainer.results.rule import REFUTED, SHOWN, Judged, compare, threshold
 
-DECODE_CSV = "analysis/decode.csv"
-LN_BACKWARD_CSV = "analysis/ln_backward.csv"
-STREAM_CSV = "analysis/stream.csv"
+DECODE_CSV, LN_BACKWARD_CSV, LN_EPSILON_CSV, STREAM_CSV = map(
+    analysis_output, ("decode", "ln-backward", "ln-epsilon", "stream"))
 NORMS = TOKEN_NORMS + BN_NORMS
 ROW = dict(residual="true")  # the best-rate Pre + residual variants (every analysed run is Pre)
 
@@ -67,7 +66,7 @@ def f15(ref: Reference) -> Finding:
                     {LOSS_MARGIN} nats worse than the LN model (paired by seed); a request
                     moving by > {INVARIANT_MAX:g} in the batch, or BN with batch statistics below
                     unigram − {PLATEAU_MARGIN}, is a failed control""",
-                plot="analysis/decode.png")
+                plot=analysis_output("decode", ".png"))
     rows = ref.analysis(f, DECODE_CSV)
     stream = _decode(f, rows, "stream_max_delta")
     served = _decode(f, rows, "served_loss")
@@ -104,7 +103,7 @@ def f16(ref: Reference) -> Finding:
                     full forward, inference mode and (BN) training mode""",
                 f"""nothing (causal attention and per-token statistics make it so): a norm's
                     logits moving by > {INVARIANT_MAX:g} in inference mode, or BN's in training
-                    mode by < {DEPENDENT_MIN:g}, would be a bug""", plot="analysis/decode.png")
+                    mode by < {DEPENDENT_MIN:g}, would be a bug""", plot=analysis_output("decode", ".png"))
     rows = ref.analysis(f, DECODE_CSV)
     grow = _decode(f, rows, "grow_max_delta")
     train = _decode(f, rows, "grow_max_delta_train", BN_NORMS)
@@ -129,7 +128,7 @@ def f17(ref: Reference) -> Finding:
                     (1/σ)(g − mean(g) − x̂·mean(g ⊙ x̂)); worst block per seed""",
                 f"""the short formula's error at or above {FORMULA_TOL:g} on some seed or
                     interval; the full formula's above it is a failed control""",
-                plot="analysis/ln_backward.png")
+                plot=analysis_output("ln-backward", ".png"))
     rows = ref.analysis(f, LN_BACKWARD_CSV)
     want = dict(norm="layer", placement="pre", **ROW)
     short = seed_values(f, rows, LN_BACKWARD_CSV, "short_error", **want)
@@ -166,29 +165,58 @@ def f18(ref) -> Finding:
                 f"""the lab's LayerNorm with an error ≥ {SPREAD_KEPT:g} on the offset token, or a
                     NaN/Inf on the constant one; one-pass keeping the spread (≤ {SPREAD_LOST:g}),
                     two-pass losing it, or a constant token not NaN at ε = 0 / not 0 at ε = 1e-5
-                    is a failed control""", plot="analysis/ln_epsilon.png")
-    table = ln.epsilon_table()
-    offset, constant = table["offset"], table["constant"]
+                    is a failed control""", plot=analysis_output("ln-epsilon", ".png"))
+    offset, constant = _epsilon_table(f, ref)
+    if f.missing:
+        return f
     lab = next(k for k in offset if k[0] == "lab")
     name = {"lab": "the lab's LayerNorm"}
     f.lines += [line(f"offset token, {name.get(m, m)} at ε = {e:g}, max error vs float64", v,
                      log=True) for (m, e), v in offset.items()]
     f.lines.append("constant token: " + ", ".join(
-        f"{name.get(m, m)} at ε = {e:g} → {ln.describe_output(y)}" for (m, e), y in constant.items()))
+        f"{name.get(m, m)} at ε = {e:g} → {describe_output(r)}" for (m, e), r in constant.items()))
+    finite = not int(constant[lab]["nan"]) and not int(constant[lab]["inf"])
     f.evidence("the lab's LayerNorm keeps the offset token's spread and a constant token finite",
                all_of(threshold(offset[lab], SPREAD_KEPT, "below", log=True),
-                      Judged(SHOWN if np.isfinite(constant[lab]).all() else REFUTED,
-                             "constant token finite" if np.isfinite(constant[lab]).all()
-                             else "constant token not finite")))
+                      Judged(SHOWN if finite else REFUTED,
+                             "constant token finite" if finite else "constant token not finite")))
     f.control("one-pass variance loses the offset token's spread at every ε",
               all(all(x > SPREAD_LOST for x in offset[("one-pass", e)].values())
                   for e in EPSILONS))
     f.control("two-pass variance keeps it at every ε",
               all(every_seed(offset[("two-pass", e)], SPREAD_KEPT, "below") for e in EPSILONS))
     f.control("ε = 0 turns a constant token into NaN, ε = 1e-5 into 0",
-              all(np.isnan(constant[(m, 0.0)]).all() and not np.any(constant[(m, 1e-5)])
-                  for m in ln.METHODS))
+              all(_all_nan(constant[(m, 0.0)]) and _all_zero(constant[(m, 1e-5)])
+                  for m in METHODS))
     return f
+
+
+def _epsilon_table(f: Finding, ref) -> tuple[dict, dict]:
+    """F18's numbers from ``analyze ln-epsilon``'s rows, in their order: ``offset`` (method, ε)
+    -> seed -> error (the lab's layer as method "lab", at its own ε); ``constant`` (method, ε)
+    -> the constant token's row. A table short of any of these is recorded missing."""
+    offset: dict = {}
+    constant: dict = {}
+    for r in definition_rows(f, ref, LN_EPSILON_CSV):
+        key = (r["method"], float(r["epsilon"]))
+        if r["token"] == "offset":
+            offset.setdefault(key, {})[int(r["seed"])] = float(r["error"])
+        else:
+            constant[key] = r
+    want = {(m, e) for m in METHODS for e in EPSILONS}
+    lab = {k for k in offset if k[0] == "lab"}
+    if not f.missing and not (want <= set(offset) and want <= set(constant) and lab
+                              and lab <= set(constant)):
+        f.missing.append(f"{LN_EPSILON_CSV}: every method at every ε, and the lab's LayerNorm")
+    return offset, constant
+
+
+def _all_nan(row: dict) -> bool:
+    return int(row["nan"]) == int(row["features"])
+
+
+def _all_zero(row: dict) -> bool:
+    return not int(row["nan"]) and not int(row["inf"]) and not float(row["max_abs"])
 
 
 def f19(ref: Reference) -> Finding:
@@ -202,7 +230,7 @@ def f19(ref: Reference) -> Finding:
                     (`affine`), each at its best rate; the same probe read from x̂ (before γ/β)""",
                 f"""R² with γ/β shown less than {SCALE_PROBE_MARGIN} above R² without (paired
                     by seed); R² from x̂ differing from R² from γ⊙x̂ + β by more than
-                    {PROBE_SAME_TOL:g} is a failed control""", plot="analysis/stream.png")
+                    {PROBE_SAME_TOL:g} is a failed control""", plot=analysis_output("stream", ".png"))
     rows = ref.analysis(f, STREAM_CSV)
     if rows and "scale_probe_r2" not in rows[0]:
         f.missing.append(f"{STREAM_CSV}: scale_probe_r2 (made before F19's probe)")

@@ -17,7 +17,7 @@ import yaml
 from trainer.atomic import read_json
 from trainer.findings.thresholds import HEADLINE_SEEDS, MIN_SEEDS, REPLICATION_SEEDS
 from trainer.provenance import commit_label, read_stamp
-from trainer.rundir import CONFIG
+from trainer.rundir import CONFIG, analysis_output
 from trainer.results.baselines import FILE as BASELINES_FILE
 from trainer.results.metrics import finite, mean
 from trainer.results.run import load_runs
@@ -137,9 +137,9 @@ class Reference:
         m = mean(finite(r.summary.get("pad_fraction")) for r in self.groups.get(group, []))
         return float("nan") if m is None else m
 
-    def grad_profile(self, finding, group: str) -> dict:
-        """``group/grad_profile.csv`` (``analyze grad-profile``): init -> placement -> seed -> ratio."""
-        relpath = f"{group}/grad_profile.csv"
+    def grad_profile(self, finding) -> dict:
+        """``init/grad_profile.csv`` (``analyze grad-profile``): init -> placement -> seed -> ratio."""
+        relpath = analysis_output("grad-profile")
         if not (self.root / relpath).is_file():
             finding.missing.append(relpath)
             return {}

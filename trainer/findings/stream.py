@@ -32,10 +32,11 @@ context.
 from trainer.results.baselines import at_plateau
 from trainer.findings.claim import BASE, Finding, all_of, line
 from trainer.findings.core import GROUP, compare_losses, every_seed
-from trainer.results.metrics import (compare, final_probe, final_test_loss, interval, max_probe,
-                                     not_worse, threshold)
+from trainer.results.metrics import final_probe, final_test_loss, interval, max_probe
+from trainer.results.rule import compare, not_worse, threshold
 from trainer.findings.reference import Reference, seed_values
 from trainer.telemetry.definitions import SATURATION_X  # F14's probe threshold
+from trainer.rundir import analysis_output
 from trainer.findings.thresholds import (AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX, IDENTITY_DROP, IDENTITY_HIGH,
                                          DYT_RECIPE_ALPHA, DYT_RECIPE_ALPHAS, EMBED_UNIT_SCALE,
                                          LOSS_MARGIN, NULL_MARGIN, SATURATED_MIN)
@@ -43,7 +44,7 @@ from trainer.findings.thresholds import (AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX, IDE
 BASE_ROW = dict(residual="true")  # the analysis rows have no placement: every run is Pre
 WITH = {"true": "with γ/β", "false": "without γ/β"}
 
-STREAM_CSV = "analysis/stream.csv"
+STREAM_CSV = analysis_output("stream")
 
 
 def _stream(f, rows: list[dict], column: str, block: int, **want) -> dict:
@@ -62,7 +63,7 @@ def f10(ref: Reference) -> Finding:
                 f"""LN without γ/β not worse by {LOSS_MARGIN} nats, or a CV with γ/β below
                     {AFFINE_SPREAD_MIN}; one without γ/β above {FLAT_SPREAD_MAX:g} is a failed
                     control""",
-                plot="analysis/stream.png")
+                plot=analysis_output("stream", ".png"))
     loss = {"true": ref.per_seed(f, GROUP, final_test_loss, norm="layer", norm_affine="true",
                                  warmup_steps=50, **BASE),
             "false": ref.per_seed(f, "affine", final_test_loss, norm="layer", norm_affine="false",
@@ -97,7 +98,7 @@ def f12(ref: Reference) -> Finding:
                     best-rate Pre-LN runs with and without residual (`analyze stream`)""",
                 f"""the last block's accuracy with the residual at or below {IDENTITY_HIGH}, or
                     without it not lower by {IDENTITY_DROP} (separate intervals)""",
-                plot="analysis/stream.png")
+                plot=analysis_output("stream", ".png"))
     rows = ref.analysis(f, STREAM_CSV)
     last = ref.num_layers(GROUP) - 1
     want = dict(norm="layer", norm_affine="true")

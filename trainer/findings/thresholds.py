@@ -3,13 +3,15 @@
 Fixed before the runs that test them and never loosened after: a change is a new
 pre-registration with new runs. This module imports no TensorFlow and no claim. The thresholds
 the analyses also draw on their figures (INVARIANT_MAX, DEPENDENT_MIN, POLLUTION_MIN,
-AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX, FORMULA_TOL) are defined, with their reasons, in
+AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX, FORMULA_TOL; F18's OFFSET, OFFSET_SPREAD, EPSILONS, SPREAD_KEPT,
+SPREAD_LOST) are defined, with their reasons, in
 ``trainer.analysis.thresholds``, below both, and imported here under the same names: the claims
 read the analyses, the analyses never read a claim module.
 """
 
-from trainer.analysis.thresholds import (AFFINE_SPREAD_MIN, DEPENDENT_MIN, FLAT_SPREAD_MAX,  # noqa: F401
-                                         FORMULA_TOL, INVARIANT_MAX, POLLUTION_MIN)
+from trainer.analysis.thresholds import (AFFINE_SPREAD_MIN, DEPENDENT_MIN, EPSILONS,  # noqa: F401
+                                         FLAT_SPREAD_MAX, FORMULA_TOL, INVARIANT_MAX, OFFSET,
+                                         OFFSET_SPREAD, POLLUTION_MIN, SPREAD_KEPT, SPREAD_LOST)
 from trainer.results.baselines import PLATEAU_MARGIN  # "at the plateau": one definition, tables too
 
 # ---- the design (pre-registered with the rules; results/PREREGISTRATION.md) -----------------
@@ -77,15 +79,8 @@ REEXPANDED_MIN = 0.5
 # F15/F16 read INVARIANT_MAX (a row's or a position's logits unchanged), DEPENDENT_MIN (BN in
 # training mode, the contrast), LOSS_MARGIN and PLATEAU_MARGIN (serving BN at batch 1).
 # F17's FORMULA_TOL (an analytic gradient matches autodiff: 1e-3 of its largest entry): above.
-# F18 (a mechanism demonstration, no runs): the token with a large common offset, in float32.
-OFFSET = 1e4
-OFFSET_SPREAD = 1.0  # std of the token's features around the offset (float32 keeps ~1e-3 of it)
-EPSILONS = (0.0, 1e-12, 1e-5)
-# An LN output "keeps the spread" when its max error against the float64 two-pass LN of the same
-# float32 input is below 1e-2 (a hundredth of a unit-variance feature) ...
-SPREAD_KEPT = 1e-2
-# ... and "loses" it when the error exceeds 0.1 (or the output is NaN/Inf).
-SPREAD_LOST = 0.1
+# F18's OFFSET, OFFSET_SPREAD, EPSILONS (the demonstration's token and ε grid, which
+# ``analyze ln-epsilon`` measures), SPREAD_KEPT (1e-2) and SPREAD_LOST (0.1): above.
 # F19: a held-out R^2 of a linear probe for each token's log pre-LN std, read from the last
 # block's LN output: "γ/β restore the scale" when the model trained with them scores at least
 # 0.1 higher than the one trained without.

@@ -21,12 +21,12 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, NullFormatter
 
 from trainer.atomic import save_figure, subplots
-from trainer.results.palette import (LINESTYLES, SEPARATOR, _ordered, key_caption, norm_color,
-                                     short_value, value_of)
+from trainer.results.config_values import value_of
+from trainer.results.palette import (LINESTYLES, MARKERS, SEPARATOR, _ordered, key_caption,
+                                     norm_color, short_value)
 from trainer.results.plots import BOLD, DPI, _finish
 
 NAME = "lr_sensitivity"
-MARKERS = ("o", "s", "D", "v", "P", "h", "*", "X")  # "^" is kept for off-scale points
 TOP_MARGIN = 0.15  # the y range ends this share of (unigram − lowest loss) above the unigram
 BASELINE_STYLE = {"unigram": ":", "bigram": "-."}
 DODGE = 0.025  # decades between the × of variants diverging at the same rate

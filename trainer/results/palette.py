@@ -3,9 +3,10 @@
 - ``NORM_COLORS``, ``NORM_SHORT``, ``norm_color``: each norm's colour and short label, read from its
   row of the one norm table (``trainer/norm_names.py``), so "LayerNorm is blue" holds in every
   figure; a norm from outside the lab gets one outside colour and its class name.
-- ``swept_keys(runs)``: the dotted config keys whose values differ across runs (seed excluded),
-  norm first, then residual, placement, then the rest in config order: the first is the panel
-  axis of the small multiples, the second the colour (shade) axis, the others the line style.
+- ``Sweep(runs)``: the layout of one sweep's figures from its swept keys
+  (``trainer.results.config_values.swept_keys``, where a run's config values are read): the
+  first is the panel axis of the small multiples, the second the colour (shade) axis, the
+  others the line style.
 - ``short_label(run_or_cfg, keys)``: ``LN · res · pre`` instead of
   ``norm=layer,residual=true,placement=pre``; ``key_caption(keys)`` spells the abbreviations out
   once, for a figure caption or a table note.
@@ -18,9 +19,9 @@ import itertools
 from dataclasses import dataclass
 
 from matplotlib.colors import to_rgb
-from omegaconf import DictConfig, OmegaConf
 
 from trainer.norm_names import NORM_TABLE, row
+from trainer.results.config_values import swept_keys, value_of
 
 # Every norm's colour and short label come from its row of the one norm table (trainer/norm_names.py);
 # these are its columns, keyed by norm name, for the figures that draw the lab's own norms.
@@ -47,61 +48,7 @@ KEY_SHORT = {
     "model.dropout": "drop", "model.dyt_alpha": "α", "model.bn_momentum": "mom",
     "data.tokens_per_batch": "tok", "data.max_len": "len", "data.vocab_size": "V",
 }
-PREFERRED = ("model.norm", "model.residual", "model.placement")
 SEPARATOR = " · "
-
-
-def _flat(cfg) -> dict[str, object]:
-    """``{dotted key: value}`` of a config (OmegaConf or plain dict); lists become tuples."""
-    if isinstance(cfg, DictConfig):
-        cfg = OmegaConf.to_container(cfg, resolve=True)
-    out: dict[str, object] = {}
-
-    def walk(node, prefix):
-        for key, value in node.items():
-            if isinstance(value, dict):
-                walk(value, f"{prefix}{key}.")
-            else:
-                out[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
-
-    walk(cfg, "")
-    return out
-
-
-def _cfg(run_or_cfg):
-    return getattr(run_or_cfg, "cfg", run_or_cfg)
-
-
-def _word(value) -> str:
-    """Config values as they read in run names: ``True`` -> ``true``, ``0.01`` -> ``0.01``."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def value_of(run_or_cfg, key: str) -> str:
-    """The value of dotted ``key`` in a run's config, as a word (``"true"``, ``"0.01"``)."""
-    cfg = _cfg(run_or_cfg)
-    if isinstance(cfg, DictConfig):
-        return _word(OmegaConf.select(cfg, key))
-    return _word(_flat(cfg).get(key))
-
-
-def swept_keys(runs) -> list[str]:
-    """Dotted config keys whose values differ across ``runs`` (``train.seed`` excluded).
-
-    Order: norm, residual, placement, then the remaining keys in config order, so the
-    first key is the natural panel axis. Empty for a single run or identical configs.
-    """
-    flats = [_flat(_cfg(r)) for r in runs]
-    if not flats:
-        return []
-    order = list(dict.fromkeys(k for f in flats for k in f))
-    differ = [k for k in order if k != "train.seed"
-              and len({_word(f.get(k)) for f in flats}) > 1]
-    return [k for k in PREFERRED if k in differ] + [k for k in differ if k not in PREFERRED]
 
 
 def short_value(key: str, value: str) -> str:
@@ -162,8 +109,17 @@ def shades(color, n: int) -> list[tuple[float, float, float]]:
 # ---- the layout every figure of one sweep shares ------------------------------------------------
 
 LINESTYLES = ("-", "--", ":", "-.")
-MARKERS = (None, "o", "s", "^", "v", "D", "P", "X")  # after the 4 line styles run out
+# Markers of lines, one home for every figure: "^" and "x" are never among them (they mark
+# off-scale points, loss spikes and diverged runs in ``lr_plot`` and ``plots``).
+MARKERS = ("o", "s", "D", "v", "P", "h", "*", "X")
 NEUTRAL = "#555555"  # legend swatches for shades when each panel has its own hue
+
+
+def combo_look(i: int) -> tuple[str, str | None]:
+    """Line style and marker of a sweep's ``i``-th style combination: the line styles plain,
+    then each again with the next of ``MARKERS``."""
+    n = len(LINESTYLES)
+    return LINESTYLES[i % n], None if i < n else MARKERS[(i // n - 1) % len(MARKERS)]
 
 
 def _ordered(key: str, values) -> list[str]:
@@ -228,7 +184,7 @@ class Sweep:
             panel = (short_value(self.panel_key, vals[self.panel_key]) if self.panel_key
                      else short_label(first, keys) if len(groups) == 1 else "")
             variants.append(Variant(name, short_label(first, keys), members, panel, color,
-                                    LINESTYLES[style % 4], MARKERS[style // 4 % len(MARKERS)]))
+                                    *combo_look(style)))
             sort_keys[name] = tuple(order[k].index(vals[k]) for k in keys)
         self.variants = sorted(variants, key=lambda v: sort_keys[v.name])
         self.panels = list(dict.fromkeys(v.panel for v in self.variants)) or [""]
@@ -266,8 +222,8 @@ class Sweep:
             out.append(header("line: " + ", ".join(self.style_keys)))
             combos = itertools.product(*(self._order[k] for k in self.style_keys))
             for i, combo in enumerate(combos):
-                out.append(Line2D([], [], color="black", lw=1.5, ls=LINESTYLES[i % 4],
-                                  marker=MARKERS[i // 4 % len(MARKERS)],
+                dash, marker = combo_look(i)
+                out.append(Line2D([], [], color="black", lw=1.5, ls=dash, marker=marker,
                                   label=SEPARATOR.join(short_value(k, v) for k, v in
                                                        zip(self.style_keys, combo))))
         return out

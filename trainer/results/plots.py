@@ -1,6 +1,6 @@
 """Sweep plots (matplotlib, drawn off-screen): small multiples that stay readable from 1 to 60+ variants.
 
-Every figure is laid out from the sweep's swept keys (:func:`trainer.results.palette.swept_keys`):
+Every figure is laid out from the sweep's swept keys (:func:`trainer.results.config_values.swept_keys`):
 one panel per value of the first key (the norm, for grid sweeps), inside a panel the second key
 is the colour (shades of the norm's fixed colour) and the remaining keys the line style; seeds are
 faint lines around a bold mean. One legend outside the axes explains the encoding and a caption
