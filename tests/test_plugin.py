@@ -196,3 +196,7 @@ def test_a_leaky_outside_norm_trains_with_one_warning_and_its_checks_in_meta(tmp
     checks = json.loads((run / "meta.json").read_text())["norm_checks"]
     assert checks["causal"]["holds"] is False and checks["causal"]["max_abs_diff"] > 1e-2
     assert checks["batch_invariant"]["holds"] is True  # it pools over time, not over the batch
+    from trainer.results.summarize import summarize
+
+    summarize(tmp_path, plots=False)  # the results table marks the run
+    assert "norm contract fails: causal" in (tmp_path / "summary.md").read_text()

@@ -50,7 +50,8 @@ MD_COLUMNS = (
     ("placement", lambda v: v["placement"]), ("residual", lambda v: v["residual"]),
     ("layers", lambda v: v["num_layers"]), ("lr", lambda v: _num(v["lr"])),
     ("warmup", lambda v: v["warmup_steps"]), ("seeds", lambda v: v["n_seeds"]),
-    ("status", lambda v: v["status"] + (f", {v['plateau']}" if v["plateau"] else "")),
+    ("status", lambda v: v["status"] + (f", {v['plateau']}" if v["plateau"] else "")
+     + (f", norm contract fails: {v['contract_fails']}" if v.get("contract_fails") else "")),
     ("final eval loss", lambda v: _ci(v)),
     ("final test loss", lambda v: _pm(v["final_test_loss_mean"], v["final_test_loss_std"])),
     ("best eval loss", lambda v: _pm(v["best_eval_loss_mean"], v["best_eval_loss_std"])),
@@ -86,7 +87,17 @@ def run_row(run: Run, baselines: dict | None = None) -> dict:
         "token_cosine_last": final_probe(run, f"probe/token_cosine/block_{last}"),
         "wall_s": finite((s.get("time") or {}).get("wall_s")),
         "train_share": finite((s.get("time") or {}).get("train_share")),
+        "contract_fails": contract_fails(run),
     }
+
+
+def contract_fails(run: Run) -> str:
+    """The norm-contract checks a run with a norm from outside the lab failed at init
+    (meta.json's ``norm_checks``, written by the training loop), space-separated; "" when
+    none failed or the run has no checks (a lab norm, or a run made before the checks)."""
+    path = run.path / rundir.META
+    checks = (run.meta.get("norm_checks") if path.is_file() else None) or {}
+    return " ".join(name for name, check in checks.items() if not check.get("holds", True))
 
 
 def group_variants(rows: list[dict]) -> list[dict]:
@@ -126,6 +137,8 @@ def group_variants(rows: list[dict]) -> list[dict]:
             "token_cosine_last": mean(col("token_cosine_last")),
             "tokens_per_sec": mean(col("tokens_per_sec")),
             "train_share": mean(col("train_share")),
+            "contract_fails": " ".join(sorted({f for x in col("contract_fails") if x
+                                               for f in x.split()})),
         })
     return out
 
