@@ -35,7 +35,7 @@ def _lacks(norm: str) -> set[str]:
 @pytest.mark.parametrize("norm", [*NORM_TABLE, *OUTSIDE])
 def test_properties_are_what_the_norm_declares(norm):
     from trainer.evaluate import _model
-    from trainer.evaluate.properties import measure
+    from trainer.telemetry.contract import measure
     from trainer.evaluate.report import PROPERTY_WORDS, flatten
 
     measured = measure(_model(norm))

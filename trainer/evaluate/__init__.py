@@ -4,7 +4,7 @@ NORM is a lab norm (`layer`, `batch`, …) or one from outside the lab (``PATH.p
 ``package.module:Class``: trainer/models/plugin.py). `--budget`:
 
 - `checks` (no training, seconds): the norm contract's properties on the reference model at
-  init (``properties``), and on a trained checkpoint of an earlier `quick`/`reference` run
+  init (``trainer.telemetry.contract``), and on a trained checkpoint of an earlier `quick`/`reference` run
   into the same `--out` when there is one;
 - `quick` / `reference`: the rate grid, the best rate on validation, `--seeds` seeds at
   it, the test split, against the baselines at the same budget (``protocol``), then the
@@ -18,7 +18,7 @@ It writes ``DIR/report.json`` and ``DIR/report.md`` (``report``), the learning-r
 the runs under ``DIR/lr`` and ``DIR/best``. A bad NORM is one error line (exit 2) before
 anything is trained or written.
 
-Modules: ``properties`` (the measured contract, TensorFlow), ``protocol`` (budgets, the runs,
+Modules: ``protocol`` (budgets, the runs,
 the baselines), ``report`` (report.json, report.md; no TensorFlow).
 """
 
@@ -86,7 +86,7 @@ def _trained_properties(run_dir: Path | None):
     """The properties of a trained run's last checkpoint; None without one."""
     if run_dir is None or not any((run_dir / rundir.CHECKPOINTS).glob("*.index")):
         return None
-    from trainer.evaluate.properties import measure
+    from trainer.telemetry.contract import measure
     from trainer.train.checkpoint import restore_trained
 
     return measure(restore_trained(run_dir)[2])
@@ -101,7 +101,7 @@ def main(args) -> int:
 
     import_tensorflow_quietly()
     from trainer.evaluate import protocol, report
-    from trainer.evaluate.properties import measure
+    from trainer.telemetry.contract import measure
     from trainer.findings.thresholds import INVARIANT_MAX
     from trainer.provenance import git_dirty, git_sha
 

@@ -17,7 +17,7 @@ its α; ``none`` has nothing to drop.
 
 Each norm class declares what the tests expect of it, so that no test keeps its own table of
 the norms: ``affine_weights``, the names of the weights ``affine=False`` drops, and ``lacks``,
-the norm contract's verdicts (``evaluate-norm``'s properties, trainer/evaluate/properties.py,
+the norm contract's verdicts (``evaluate-norm``'s properties, trainer/telemetry/contract.py,
 as ``trainer.evaluate.report.flatten`` names them) that it does not have. A per-token norm
 lacks none.
 """

@@ -133,7 +133,7 @@ def collect_meta(cfg, argv: list[str], data_info: dict) -> dict:
 
 def norm_contract_checks(norm: str, model) -> dict | None:
     """A norm from outside the lab: the norm contract's init-time checks on the run's own
-    model (``trainer.evaluate.properties.measure``: causal, batch- and padding-invariant,
+    model (``trainer.telemetry.contract.measure``: causal, batch- and padding-invariant,
     train = inference, decode = forward; a few seconds, nothing of the model changed), for
     meta.json's ``norm_checks``, and one warning line on stderr naming each check that fails.
     None for a lab norm (their properties are declared and tested)."""
@@ -141,7 +141,7 @@ def norm_contract_checks(norm: str, model) -> dict | None:
 
     if not plugin.is_plugin(norm):
         return None
-    from trainer.evaluate.properties import measure
+    from trainer.telemetry.contract import measure
 
     checks = measure(model)
     failed = [name for name, check in checks.items() if not check["holds"]]

@@ -1,5 +1,6 @@
 """The norm contract's properties, measured on one model: what ``evaluate-norm --budget checks``
-reports for any norm, the lab's own included.
+reports for any norm, the lab's own included, and what a run with a norm from outside the lab
+records at init (``trainer.train.rundir.norm_contract_checks``).
 
 Each property is the largest |Δ logits| over the positions it concerns, and holds when that is
 at most ``INVARIANT_MAX`` (float32 reassociation noise on logits of size ~10 is ~1e-6):
@@ -23,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from trainer.findings.thresholds import INVARIANT_MAX
+from trainer.telemetry.definitions import INVARIANT_MAX
 from trainer.telemetry.probes import frozen_state
 
 BATCH, LENGTH, EXTRA_PADS = 4, 32, 16  # sequences, tokens each (at most), pads added (at most)
