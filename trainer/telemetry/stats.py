@@ -51,14 +51,10 @@ def attention_instruments(hidden):
             for stat in ("max_logit", "entropy")}
 
 
-def log_z(logits):
-    """log Z = logsumexp of each position's logits (B, T), float32: 0 when the logits are
-    log-probabilities; its drift is PaLM's output-logit divergence, the z-loss's target."""
-    return tf.reduce_logsumexp(tf.cast(logits, tf.float32), axis=-1)
-
-
 def log_z_stats(z, mask):
-    """Mean and max of log Z over real tokens (telemetry: no gradient flows back)."""
+    """Mean and max over real tokens of log Z = logsumexp of each position's logits (B, T;
+    ``trainer.train.step.masked_loss``): 0 when the logits are log-probabilities; its drift is
+    PaLM's output-logit divergence, the z-loss's target. Telemetry: no gradient flows back."""
     z = tf.stop_gradient(z)
     w = tf.cast(mask, tf.float32)
     mean = tf.reduce_sum(z * w) / tf.maximum(tf.reduce_sum(w), 1.0)

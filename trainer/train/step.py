@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from trainer.telemetry.stats import (attention_instruments, block_grad_norms, log_z, log_z_stats,
+from trainer.telemetry.stats import (attention_instruments, block_grad_norms, log_z_stats,
                                      stream_stats, update_ratio)
 
 
@@ -32,13 +32,19 @@ class Step:
         return sum(int(p.experimental_get_tracing_count()) for p in self._programs)
 
 
-def masked_loss(logits, targets, mask):
-    """Sum of token cross-entropies over real tokens, and their count. Pads contribute nothing."""
+def masked_loss(logits, targets, mask, with_log_z: bool = False):
+    """Sum of token cross-entropies over real tokens, and their count. Pads contribute nothing.
+
+    ``with_log_z``: also log Z = logsumexp(logits) per position (B, T), read off the
+    cross-entropy (CE = log Z - the target's logit) rather than taken again over the vocabulary;
+    its gradient is softmax(logits), log Z's own."""
     mask = tf.cast(mask, tf.float32)
     ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+    log_z = ce + tf.gather(logits, targets, batch_dims=2) if with_log_z else None
     # where, not multiply: a non-finite logit at a pad must not turn the sum into NaN.
     ce = tf.where(mask > 0, ce, 0.0)
-    return tf.reduce_sum(ce), tf.reduce_sum(mask)
+    out = (tf.reduce_sum(ce), tf.reduce_sum(mask))
+    return (*out, log_z) if with_log_z else out
 
 
 def make_train_step(model, optimizer, *, clip_norm: float, telemetry: bool, xla: bool,
@@ -110,12 +116,13 @@ class _Parts:
         with tf.GradientTape() as tape:
             logits, hidden = self.model(batch["inputs"], padding_mask=batch["mask"],
                                         training=True, return_hidden=True)
-            loss_sum, count = masked_loss(logits, batch["targets"], batch["mask"])
+            want_z = self.z_loss > 0 or self.telemetry
+            loss_sum, count, *z = masked_loss(logits, batch["targets"], batch["mask"], want_z)
             tokens = tf.maximum(count, 1.0) if denominator is None else denominator
             loss = loss_sum / tokens
             objective, output = loss, {}
-            if self.z_loss > 0 or self.telemetry:
-                z = log_z(logits)
+            if want_z:
+                z = z[0]
                 output = log_z_stats(z, batch["mask"]) if self.telemetry else {}
             if self.z_loss > 0:
                 mask = tf.cast(batch["mask"], tf.float32)
