@@ -215,3 +215,13 @@ def test_git_dirty_means_the_code_changed_not_the_committed_results(tmp_path):
         assert git_dirty(tmp_path / "trainer"), rel
         git("checkout", "-q", rel)
 
+
+
+def test_grad_profile_plots_any_placements_it_was_given(tmp_path):
+    """The figure draws the placements in its rows (Peri-LN included), not a fixed pre/post pair."""
+    from trainer.analysis.grad_profile import plot
+
+    rows = [{"init": "normal", "placement": p, "seed": 0, "block_0": 1.0, "block_1": 0.5}
+            for p in ("pre", "peri", "output")]
+    plot(rows, tmp_path / "g.png")
+    assert (tmp_path / "g.png").stat().st_size > 0

@@ -18,6 +18,9 @@ from trainer.atomic import save_figure, subplots, write_csv, write_text
 from trainer.config import Init, Placement, load_config
 from trainer.provenance import write_stamp
 
+# Xiong et al.'s comparison; ``--placements`` adds Peri-LN or the output norm.
+COMPARED = ["pre", "post"]
+
 
 def profile(cfg, corpus, batches: int) -> list[float]:
     """Mean FFN-out gradient norm per block of a freshly built model over ``batches`` batches."""
@@ -43,13 +46,13 @@ def profile(cfg, corpus, batches: int) -> list[float]:
 
 
 def run(config: str, overrides: list[str], out: Path, seeds: list[int], inits: list[str],
-        batches: int) -> list[dict]:
+        batches: int, placements: list[str] = COMPARED) -> list[dict]:
     from trainer.data import prepare
 
     rows = []
     corpus = None
     for init in inits:
-        for placement in map(str, Placement):
+        for placement in placements:
             for seed in seeds:
                 cfg = load_config(config, [*overrides, f"model.init={init}",
                                            f"model.placement={placement}", f"train.seed={seed}"])
@@ -58,7 +61,7 @@ def run(config: str, overrides: list[str], out: Path, seeds: list[int], inits: l
                 rows.append({"init": init, "placement": placement, "seed": seed,
                              **{f"block_{i}": v for i, v in enumerate(norms)},
                              "last_over_first": norms[-1] / norms[0]})
-                print(f"{init:7s} {placement:4s} seed {seed}: "
+                print(f"{init:7s} {placement:6s} seed {seed}: "
                       + " ".join(f"{v:.3g}" for v in norms)
                       + f"   last/first {rows[-1]['last_over_first']:.3f}", flush=True)
     write_csv(out / "grad_profile.csv", rows)
@@ -73,10 +76,12 @@ def plot(rows: list[dict], path: Path) -> None:
     inits = list(dict.fromkeys(r["init"] for r in rows))
     fig, axes = subplots(1, len(inits), figsize=(4.2 * len(inits), 3.4), squeeze=False,
                              constrained_layout=True)
-    colors = {"pre": "tab:blue", "post": "tab:red"}
+    colors = dict(zip(map(str, Placement), ("tab:blue", "tab:red", "tab:green", "tab:purple")))
     for ax, init in zip(axes[0], inits):
-        for placement in map(str, Placement):
+        for placement in dict.fromkeys(r["placement"] for r in rows):
             mine = [r for r in rows if r["init"] == init and r["placement"] == placement]
+            if not mine:
+                continue
             blocks = [k for k in mine[0] if k.startswith("block_")]
             xs = list(range(len(blocks)))
             for r in mine:
@@ -100,8 +105,11 @@ def main(argv: list[str]) -> int:
     inits = [str(i) for i in Init]
     p.add_argument("--inits", nargs="+", default=inits, choices=inits)
     p.add_argument("--batches", type=int, default=4, help="training batches averaged per model")
+    p.add_argument("--placements", nargs="+", default=COMPARED, choices=[str(x) for x in Placement],
+                   help="placements profiled (default: Pre-LN and Post-LN, as Xiong et al.)")
     p.add_argument("overrides", nargs="*", help="dotted config overrides")
     args = p.parse_args(argv)
-    run(args.config, args.overrides, Path(args.out), args.seeds, args.inits, args.batches)
+    run(args.config, args.overrides, Path(args.out), args.seeds, args.inits, args.batches,
+        args.placements)
     write_stamp(Path(args.out) / "grad_profile.csv", ["analyze", "grad-profile", *argv])
     return 0
