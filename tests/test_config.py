@@ -16,17 +16,22 @@ from trainer.config import (CHOICES, ConfigError, ExperimentConfig, Norm, load_c
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("override,key,hint", [
-    ("model.nrom=batch", "model.nrom", "norm"),
-    ("train.stpes=5", "train.stpes", "steps"),
+@pytest.mark.parametrize("override,key,hint", [  # the hint is the full key, as one types it
+    ("model.nrom=batch", "model.nrom", "model.norm"),
+    ("train.stpes=5", "train.stpes", "train.steps"),
     ("modle.norm=layer", "modle", "model"),
-    ("data.vocab=100", "data.vocab", "vocab_size"),
+    ("data.vocab=100", "data.vocab", "data.vocab_size"),
 ])
 def test_unknown_key_names_key_and_closest(override, key, hint):
     with pytest.raises(ConfigError) as e:
         load_config(None, [override])
     msg = str(e.value)
-    assert "\n" not in msg and f"'{key}'" in msg and f"'{hint}'" in msg
+    assert "\n" not in msg and f"'{key}'" in msg and f"did you mean '{hint}'?" in msg
+
+
+def test_unknown_key_without_a_close_one_lists_full_keys():
+    with pytest.raises(ConfigError, match=r"valid keys: model\.norm, model\.placement, "):
+        load_config(None, ["model.zzz=1"])
 
 
 @pytest.mark.parametrize("override,key", [("train.steps=abc", "train.steps"),
@@ -88,7 +93,7 @@ def test_yaml_diff_base_chain_and_override_order(tmp_path):
 def test_yaml_errors_name_the_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  nrom: batch\n")
-    with pytest.raises(ConfigError, match=r"bad\.yaml.*'model\.nrom'.*'norm'"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml.*'model\.nrom'.*'model\.norm'"):
         load_config(bad)
     bad.write_text("model: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
@@ -133,7 +138,7 @@ def test_config_is_read_only():
 
 
 @pytest.mark.parametrize("args,fragment", [
-    (["train", "model.nrom=batch"], "did you mean 'norm'"),
+    (["train", "model.nrom=batch"], "did you mean 'model.norm'?"),
     (["train", "model.norm=foo"], "valid: layer"),
     (["train", "--config", "configs/nope.yaml"], "not found"),
 ])
