@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -143,13 +144,15 @@ def test_config_is_read_only():
     (["train", "--config", "configs/nope.yaml"], "not found"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
-    workdir = tmp_path / "run"
+    workdir, xla_cache = tmp_path / "run", tmp_path / "xla"
     proc = subprocess.run([sys.executable, "-m", "trainer", *args, "--workdir", str(workdir)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "NORMLAB_XLA_CACHE": str(xla_cache)})
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], proc.stderr
     assert not workdir.exists()  # nothing half-written that looks like a result
+    assert not xla_cache.exists()  # the config is read before the compilation cache is opened
 
 
 # ---------------------------------------------------------------- enum fields (Choice)
