@@ -224,7 +224,8 @@ def run_variants(root: Path, name: str, base: Path, variants: list[Variant], con
     def run(indices: list[int]) -> list[int]:
         todo = [commands[i] for i in indices]
         if launcher == "local":
-            return lc.run_local(todo, parallel, desc=f"sweep {name}", reuse=reuse)
+            return lc.run_local(todo, parallel, desc=f"sweep {name}", reuse=reuse,
+                                steps=[configs[i].train.steps for i in indices])
         return lc.job_codes(lc.submit_jobs(todo, root, cluster, launcher_params or {}))
 
     for v in variants:  # best_lr reuse: the grid's run of this config is this variant's run
