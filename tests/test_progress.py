@@ -50,15 +50,20 @@ def test_feed_counts_a_process_steps_and_relays_its_lines_above_the_bar(monkeypa
         assert bar.done == [0, 5] and bar.bar.n == 5  # its steps, counted for variant 1
         feed.ended()
         assert bar.done == [0, 8] and bar.ended == 1  # an ended variant counts all its steps
+        _run_child(feed, 0)
+        feed.ended(stopped=True)  # a pre-empted one: only the steps it made, and not ended
+        assert bar.done == [5, 8] and bar.ended == 1
     finally:
         feed.close()
         bar.close()
     text = console.getvalue()
     for line in ("first line", "oops on stderr", "last words"):
+        assert text.count(line) == 2  # once per process: nothing lost, nothing doubled
         at = text.index(line)
         # tqdm.write clears the bar ("\r") before the line and ends it: nothing glued on
         assert text[at - 1] in "\r\n" and text[at + len(line)] == "\n", repr(text)
-    assert "8/13" in text and "1/2 runs" in text
+    assert "0/13 [" in text.split("first line")[0] and "0/2 runs" in text.split("first line")[0]
+    assert "13/13 [" in text and "1/2 runs" in text
 
 
 def test_reporter_never_blocks_a_run():

@@ -83,7 +83,7 @@ def run_local(commands: list[list[str]], parallel: int, desc: str, reuse: bool =
                     else:
                         codes[i] = _run_process(commands[i], stop, feed)
                     if feed:
-                        feed.ended()  # what it printed, then its steps counted as done
+                        feed.ended(stopped=codes[i] == EXIT_STOPPED)
                     else:
                         bar.update()
             finally:

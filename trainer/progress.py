@@ -54,13 +54,14 @@ class StepReporter:
 
 class StepBar:
     """One bar over a sweep's variants in steps (``steps[i]``: variant i's ``train.steps``),
-    the variants finished as its postfix. Thread-safe: each launcher slot updates it."""
+    with the variants ended as its postfix (``N/M runs``). Thread-safe: each launcher slot
+    updates it."""
 
     def __init__(self, steps: list[int], desc: str):
         self.steps, self.done, self.ended = list(steps), [0] * len(steps), 0
         self.lock, self.drawn = threading.Lock(), time.monotonic()
-        self.bar = tqdm(total=sum(self.steps), desc=desc, unit="step", dynamic_ncols=True)
-        self.bar.set_postfix_str(self._runs())
+        self.bar = tqdm(total=sum(self.steps), desc=desc, unit="step", dynamic_ncols=True,
+                        postfix=self._runs())
 
     def _runs(self) -> str:
         return f"{self.ended}/{len(self.steps)} runs"
@@ -74,15 +75,16 @@ class StepBar:
                 self.done[i] = step
 
     def tick(self) -> None:
-        """Redraw the bar if it was not for ``REDRAW_S`` (tqdm draws only on updates)."""
+        """Redraw the bar at most every ``REDRAW_S``: tqdm draws only on updates, and its clock
+        would stand still while variants start and compile."""
         with self.lock:
             if time.monotonic() - self.drawn >= REDRAW_S:
                 self.bar.refresh()
                 self.drawn = time.monotonic()
 
     def finish(self, i: int) -> None:
-        """Variant ``i`` ended (completed, diverged early, failed or stopped): its steps are
-        counted as done, so the bar reaches its total when the last variant ends."""
+        """Variant ``i`` ended (completed, diverged early or failed): its steps are counted as
+        done, so the bar reaches its total when the last variant ends."""
         self.advance(i, self.steps[i])
         with self.lock:
             self.ended += 1
@@ -131,10 +133,12 @@ class Feed:
         self.bar.tick()
         return [f for f in ready if f not in self.streams]
 
-    def ended(self) -> None:
-        """The slot's variant ended: what it printed, then all its steps counted."""
+    def ended(self, stopped: bool = False) -> None:
+        """The slot's variant ended: what it printed, then all its steps counted, unless it
+        was ``stopped`` (pre-empted, or never started): then only those it reported."""
         self.drain()
-        self.bar.finish(self.index)
+        if not stopped:
+            self.bar.finish(self.index)
 
     def drain(self) -> None:
         """Relay everything written so far, a last line without its newline included."""
