@@ -160,7 +160,8 @@ def _one_line(err: OmegaConfBaseException, schema: DictConfig, origin: str) -> C
         parent = OmegaConf.select(schema, parent_path) if parent_path else schema
         valid = [str(k) for k in parent.keys()] if isinstance(parent, DictConfig) else []
         prefix = f"{parent_path}." if parent_path else ""
-        hint = _closest(leaf, valid, prefix) or f"valid keys: {', '.join(prefix + k for k in valid)}"
+        hint = (_closest(leaf, valid, prefix)
+                or f"valid keys: {', '.join(prefix + k for k in valid)}")
         return ConfigError(f"{origin}: unknown config key '{full_key}'; {hint}")
     if isinstance(err, ValidationError) and full_key in CHOICES:  # a value outside the vocabulary
         value = getattr(err, "value", None)
