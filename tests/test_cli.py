@@ -59,3 +59,45 @@ def test_bench_help_lists_every_bench_subcommand_and_each_parses():
             bench_args([action, "--help"])
         assert done.value.code == 0
     assert all(a in COMMANDS["bench"].help for a in ACTIONS)  # the top-level help line too
+
+
+@pytest.mark.parametrize("argv,spec,overrides", [
+    (["sweep", "S.yaml"], "S.yaml", []),
+    (["sweep", "--config", "S.yaml", "a=1"], "S.yaml", ["a=1"]),
+    (["sweep", "S.yaml", "--parallel", "2", "a=1", "b=2"], "S.yaml", ["a=1", "b=2"]),
+    (["sweep", "--parallel", "2", "S.yaml", "a=1", "--no-reuse", "b=2"], "S.yaml", ["a=1", "b=2"]),
+])
+def test_sweep_spec_positional_or_config_and_overrides_around_options(argv, spec, overrides):
+    from trainer.__main__ import _parse, sweep_spec
+
+    args = _parse(parser(), argv)
+    assert sweep_spec(args.config, args.overrides) == (spec, overrides)
+
+
+def test_train_overrides_after_an_option_keep_their_order():
+    from trainer.__main__ import _parse
+
+    args = _parse(parser(), ["train", "a=1", "--workdir", "w", "a=2"])
+    assert args.overrides == ["a=1", "a=2"] and args.workdir == "w"
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["sweep", "nope.yaml"], "nope.yaml: cannot read sweep spec"),
+    (["sweep", "--config", "nope.yaml"], "nope.yaml: cannot read sweep spec"),
+    (["sweep"], "sweep needs a spec"),
+    (["sweep", "configs/sweeps/quick.yaml", "--parallel", "2", "model.nrom=x"],
+     "did you mean 'model.norm'?"),
+    (["sweep", "configs/sweeps/quick.yaml", "--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_sweep_input_errors_are_one_line_before_tensorflow_loads(args, fragment):
+    """What makes a bad sweep fail in a second: nothing imports TensorFlow before the spec
+    and every variant's config are checked (a fresh process, so nothing imported it before)."""
+    code = ("import sys; from trainer.__main__ import main\n"
+            "try:\n    rc = main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\n"
+            "print('tensorflow' in sys.modules, 'keras' in sys.modules, rc)")
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.stdout.split() == ["False", "False", "2"], proc.stdout + proc.stderr
+    assert fragment in proc.stderr.splitlines()[-1], proc.stderr
+    if "--bogus" not in args:  # argparse's own errors come with its usage line
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error:"), proc.stderr

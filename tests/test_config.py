@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,17 +17,22 @@ from trainer.config import (CHOICES, ConfigError, ExperimentConfig, Norm, load_c
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("override,key,hint", [
-    ("model.nrom=batch", "model.nrom", "norm"),
-    ("train.stpes=5", "train.stpes", "steps"),
+@pytest.mark.parametrize("override,key,hint", [  # the hint is the full key, as one types it
+    ("model.nrom=batch", "model.nrom", "model.norm"),
+    ("train.stpes=5", "train.stpes", "train.steps"),
     ("modle.norm=layer", "modle", "model"),
-    ("data.vocab=100", "data.vocab", "vocab_size"),
+    ("data.vocab=100", "data.vocab", "data.vocab_size"),
 ])
 def test_unknown_key_names_key_and_closest(override, key, hint):
     with pytest.raises(ConfigError) as e:
         load_config(None, [override])
     msg = str(e.value)
-    assert "\n" not in msg and f"'{key}'" in msg and f"'{hint}'" in msg
+    assert "\n" not in msg and f"'{key}'" in msg and f"did you mean '{hint}'?" in msg
+
+
+def test_unknown_key_without_a_close_one_lists_full_keys():
+    with pytest.raises(ConfigError, match=r"valid keys: model\.norm, model\.placement, "):
+        load_config(None, ["model.zzz=1"])
 
 
 @pytest.mark.parametrize("override,key", [("train.steps=abc", "train.steps"),
@@ -88,7 +94,7 @@ def test_yaml_diff_base_chain_and_override_order(tmp_path):
 def test_yaml_errors_name_the_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  nrom: batch\n")
-    with pytest.raises(ConfigError, match=r"bad\.yaml.*'model\.nrom'.*'norm'"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml.*'model\.nrom'.*'model\.norm'"):
         load_config(bad)
     bad.write_text("model: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
@@ -133,18 +139,20 @@ def test_config_is_read_only():
 
 
 @pytest.mark.parametrize("args,fragment", [
-    (["train", "model.nrom=batch"], "did you mean 'norm'"),
+    (["train", "model.nrom=batch"], "did you mean 'model.norm'?"),
     (["train", "model.norm=foo"], "valid: layer"),
     (["train", "--config", "configs/nope.yaml"], "not found"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
-    workdir = tmp_path / "run"
+    workdir, xla_cache = tmp_path / "run", tmp_path / "xla"
     proc = subprocess.run([sys.executable, "-m", "trainer", *args, "--workdir", str(workdir)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "NORMLAB_XLA_CACHE": str(xla_cache)})
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], proc.stderr
     assert not workdir.exists()  # nothing half-written that looks like a result
+    assert not xla_cache.exists()  # the config is read before the compilation cache is opened
 
 
 # ---------------------------------------------------------------- enum fields (Choice)

@@ -41,7 +41,8 @@ def _train(args) -> int:
 
 
 def _sweep_arguments(p) -> None:
-    p.add_argument("--config", required=True, help="sweep spec YAML (configs/sweeps/*.yaml)")
+    p.add_argument("--config", metavar="SPEC", help="sweep spec YAML (configs/sweeps/*.yaml); "
+                   "or give it as the first positional argument")
     p.add_argument("--out", help="results directory (default: results/<sweep name>)")
     p.add_argument("--parallel", type=int, default=1, help="variants run at once (local)")
     p.add_argument("--launcher", choices=("local", "submitit", "submitit-local"),
@@ -53,12 +54,26 @@ def _sweep_arguments(p) -> None:
     p.add_argument("--no-reuse", action="store_true",
                    help="one process per variant (default: --parallel worker processes "
                    "that run variants in turn, starting Python and TensorFlow once each)")
-    p.add_argument("overrides", nargs="*", help="dotted overrides applied to every variant")
+    p.add_argument("overrides", nargs="*", metavar="[SPEC] key=value",
+                   help="the sweep spec (when not --config), then dotted overrides applied to "
+                   "every variant")
+
+
+def sweep_spec(config: str | None, overrides: list[str]) -> tuple[str, list[str]]:
+    """The sweep spec and the overrides: ``--config SPEC``, or SPEC as the first positional
+    argument (an override always has '=', a spec path never needs one)."""
+    if config is None and overrides and "=" not in overrides[0]:
+        config, overrides = overrides[0], overrides[1:]
+    if config is None:
+        raise ConfigError("sweep needs a spec: python -m trainer sweep configs/sweeps/NAME.yaml "
+                          "(or --config SPEC)")
+    return config, overrides
 
 
 def _sweep(args) -> None:
     from trainer.sweep import run_sweep
 
+    args.config, args.overrides = sweep_spec(args.config, args.overrides)
     root = run_sweep(args.config, args.out, args.parallel, args.overrides, args.launcher,
                      wait=not args.no_wait, wait_limit_s=args.wait_limit,
                      reuse=not args.no_reuse)
@@ -182,7 +197,9 @@ def _bench(args) -> int:
 COMMANDS = {c.name: c for c in (
     Command("train", "train one variant into a run directory", train_command.add_arguments,
             _train, mute_tf=False),  # it reads the config before TensorFlow starts
-    Command("sweep", "run every variant of a sweep grid", _sweep_arguments, _sweep),
+    # The spec and every variant's config are checked before TensorFlow loads (run_sweep).
+    Command("sweep", "run every variant of a sweep grid", _sweep_arguments, _sweep,
+            mute_tf=False),
     Command("worker", "run train commands read from stdin, one JSON list of arguments per "
             "line, each in a forked child (sweep's workers)",
             lambda p: p.add_argument("result_fd", type=int,
@@ -225,12 +242,24 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _parse(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``p.parse_args``, except that overrides may also follow options (``sweep SPEC
+    --parallel 2 train.steps=20``): argparse takes a positional list only where it starts."""
+    args, rest = p.parse_known_args(argv)
+    if rest and isinstance(getattr(args, "overrides", None), list) and not any(
+            r.startswith("-") for r in rest):
+        args.overrides += rest  # in the order typed: the later override wins
+    elif rest:
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # its own parser: subcommands beside positional overrides
         args = bench_args(argv[1:])
     else:
-        args = parser().parse_args(argv)
+        args = _parse(parser(), argv)
     args.argv = argv
     command = COMMANDS[args.command]
 

@@ -156,9 +156,10 @@ def _choice_fields(cls: type = ExperimentConfig, prefix: str = "") -> dict[str, 
 CHOICES: dict[str, type[Choice]] = _choice_fields()  # "model.norm" -> Norm, for every Choice field
 
 
-def _closest(key: str, valid: list[str]) -> str:
+def _closest(key: str, valid: list[str], prefix: str = "") -> str:
+    """'did you mean ...' with the closest of ``valid`` to ``key``, as a full dotted key."""
     match = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-    return f"did you mean '{match[0]}'?" if match else ""
+    return f"did you mean '{prefix}{match[0]}'?" if match else ""
 
 
 def _one_line(err: OmegaConfBaseException, schema: DictConfig, origin: str) -> ConfigError:
@@ -168,7 +169,9 @@ def _one_line(err: OmegaConfBaseException, schema: DictConfig, origin: str) -> C
         parent_path, _, leaf = full_key.rpartition(".")
         parent = OmegaConf.select(schema, parent_path) if parent_path else schema
         valid = [str(k) for k in parent.keys()] if isinstance(parent, DictConfig) else []
-        hint = _closest(leaf, valid) or f"valid keys: {', '.join(valid)}"
+        prefix = f"{parent_path}." if parent_path else ""
+        hint = (_closest(leaf, valid, prefix)
+                or f"valid keys: {', '.join(prefix + k for k in valid)}")
         return ConfigError(f"{origin}: unknown config key '{full_key}'; {hint}")
     if isinstance(err, ValidationError) and full_key in CHOICES:  # a value outside the vocabulary
         value = getattr(err, "value", None)

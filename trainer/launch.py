@@ -32,6 +32,7 @@ import submitit
 from tqdm.auto import tqdm
 
 from trainer.faults import EXIT_BUSY, EXIT_STOPPED
+from trainer.progress import Feed, StepBar
 from trainer.rundir import FINISHED
 from trainer.train.preempt import stop_requests
 from trainer.train.rundir import RunDirError, inspect_run_dir, is_locked
@@ -41,43 +42,55 @@ REPORT_S = 60.0  # a progress line at least this often while waiting
 STOP_WAIT_S = 300  # how long a requeued job gives its training process to checkpoint
 
 
-def run_local(commands: list[list[str]], parallel: int, desc: str, reuse: bool = True) -> list[int]:
+def run_local(commands: list[list[str]], parallel: int, desc: str, reuse: bool = True,
+              steps: list[int] | None = None) -> list[int]:
     """N local processes at a time; returns the exit codes in order.
 
     ``reuse``: N worker processes run the commands (``python -m trainer train ARGS...``) in turn;
     else one process per command. SIGTERM/SIGINT to the sweep is passed on to the running
     variants as SIGTERM (Kubernetes signals only the main process), so they checkpoint and
-    exit ``EXIT_STOPPED``; variants not started yet count as stopped too.
+    exit ``EXIT_STOPPED``; variants not started yet count as stopped too. With ``steps`` (each
+    command's ``train.steps``) and ``parallel`` > 1, one bar counts the steps the variants train
+    and their output is printed above it (``trainer.progress``); else a bar counts ended
+    commands (none for ``parallel`` 1: a variant then shows its own).
     """
     with stop_requests() as stop:
         jobs: queue.Queue = queue.Queue()
         for i in range(len(commands)):
             jobs.put(i)
         codes: list[int | None] = [None] * len(commands)
-        bar = tqdm(total=len(commands), desc=desc, unit="run", disable=parallel == 1)
+        steps_bar = StepBar(steps, desc) if steps is not None and parallel > 1 else None
+        bar = steps_bar or tqdm(total=len(commands), desc=desc, unit="run", disable=parallel == 1)
 
         def serve() -> None:
-            worker = None
+            worker, feed = None, Feed(steps_bar) if steps_bar else None
             try:
                 while True:
                     try:
                         i = jobs.get_nowait()
                     except queue.Empty:
                         return
+                    if feed:
+                        feed.index = i
                     if stop.requested:
                         codes[i] = EXIT_STOPPED
                     elif reuse:
                         if worker is not None and not worker.alive():  # died on a variant
                             worker.close()
                             worker = None
-                        worker = worker or Worker()
+                        worker = worker or Worker(feed)
                         codes[i] = worker.run(commands[i][3:], stop)  # after "python -m trainer"
                     else:
-                        codes[i] = _wait_forwarding(subprocess.Popen(commands[i]), stop)
-                    bar.update()
+                        codes[i] = _run_process(commands[i], stop, feed)
+                    if feed:
+                        feed.ended(stopped=codes[i] == EXIT_STOPPED)
+                    else:
+                        bar.update()
             finally:
                 if worker is not None:
                     worker.close()
+                if feed:
+                    feed.close()
 
         workers = max(min(parallel, len(commands)), 1)
         with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -85,6 +98,12 @@ def run_local(commands: list[list[str]], parallel: int, desc: str, reuse: bool =
                 future.result()
         bar.close()
         return [EXIT_STOPPED if c is None else c for c in codes]
+
+
+def _run_process(command: list[str], stop, feed: Feed | None) -> int:
+    """``command`` as its own process; its output and steps go to ``feed`` when there is one."""
+    proc = subprocess.Popen(command, **(feed.popen() if feed else {}))
+    return _wait_forwarding(proc, stop, poll=(lambda: feed.poll(proc)) if feed else None)
 
 
 def _wait_forwarding(proc: subprocess.Popen, stop, poll=None) -> int:
@@ -107,13 +126,16 @@ def _wait_forwarding(proc: subprocess.Popen, stop, poll=None) -> int:
 
 class Worker:
     """A ``python -m trainer worker`` process: takes one train command's arguments (``train``
-    first) per line on its stdin and answers each with the exit code on a result pipe (its stdout and stderr stay the
-    console's, like a variant's own process)."""
+    first) per line on its stdin and answers each with the exit code on a result pipe. Its
+    stdout and stderr are the console's, like a variant's own process, or ``feed``'s pipes
+    (``trainer.progress``), which its children inherit with the steps pipe."""
 
-    def __init__(self):
+    def __init__(self, feed: Feed | None = None):
         read, write = os.pipe()
+        pipes, self.feed = (feed.popen() if feed else {}), feed
         self.proc = subprocess.Popen([sys.executable, "-m", "trainer", "worker", str(write)],
-                                     stdin=subprocess.PIPE, pass_fds=(write,), text=True)
+                                     stdin=subprocess.PIPE, text=True,
+                                     **{**pipes, "pass_fds": (write, *pipes.get("pass_fds", ()))})
         os.close(write)
         self.results = os.fdopen(read, "r")
 
@@ -130,7 +152,8 @@ class Worker:
         return _wait_forwarding(self.proc, stop, poll=self._answer)
 
     def _answer(self) -> int | None:
-        if select.select([self.results], [], [], 0.5)[0]:
+        if (self.feed.wait([self.results], 0.5) if self.feed
+                else select.select([self.results], [], [], 0.5)[0]):
             line = self.results.readline()
             if line:
                 return int(json.loads(line)["rc"])

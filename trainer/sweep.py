@@ -177,7 +177,9 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     (local): ``parallel`` worker processes run the variants in turn (``launch.Worker``).
     Variants another live process is writing are waited for (up to ``wait_limit_s``), or
     left to it when ``wait`` is false; the table is written once every variant has ended.
+    The spec and every variant's config are checked before TensorFlow is imported.
     """
+    from trainer import import_tensorflow_quietly
     from trainer.faults import writing
     from trainer.results.summarize import summarize
 
@@ -185,6 +187,7 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     name = spec.name or Path(spec_path).stem
     root = Path(out_dir) if out_dir else Path("results") / name
     variants, configs, notes = resolve_variants(spec, Path(spec_path), base, extra)
+    import_tensorflow_quietly()  # only now: a bad spec or override fails in a second
     for note in notes:
         print(note, flush=True)
     root.mkdir(parents=True, exist_ok=True)
@@ -221,7 +224,8 @@ def run_variants(root: Path, name: str, base: Path, variants: list[Variant], con
     def run(indices: list[int]) -> list[int]:
         todo = [commands[i] for i in indices]
         if launcher == "local":
-            return lc.run_local(todo, parallel, desc=f"sweep {name}", reuse=reuse)
+            return lc.run_local(todo, parallel, desc=f"sweep {name}", reuse=reuse,
+                                steps=[configs[i].train.steps for i in indices])
         return lc.job_codes(lc.submit_jobs(todo, root, cluster, launcher_params or {}))
 
     for v in variants:  # best_lr reuse: the grid's run of this config is this variant's run

@@ -29,15 +29,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def train(args: argparse.Namespace, command_line: list[str]) -> int:
     """Train ``args`` (from ``add_arguments``) and print the outcome in one line; returns 0.
 
-    ``command_line`` is recorded in meta.json as typed. The compilation cache is enabled before
-    TensorFlow starts XLA, and the config is read before TensorFlow is imported, so a typo in
-    it fails at once. Errors are raised (``trainer.faults.report`` prints them).
+    ``command_line`` is recorded in meta.json as typed. The config is read first, before the
+    compilation cache is opened (checksumming its entries) and before TensorFlow is imported,
+    so a typo in it fails at once; the cache is enabled before TensorFlow starts XLA. Errors
+    are raised (``trainer.faults.report`` prints them).
     """
     from trainer import compile_cache, import_tensorflow_quietly
     from trainer.config import load_config
 
-    compile_cache.enable()
     cfg = load_config(args.config, args.overrides)
+    compile_cache.enable()
     import_tensorflow_quietly()
     from trainer.train.loop import run_training
 

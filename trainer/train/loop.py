@@ -28,6 +28,7 @@ from trainer.faults import Stopped
 from trainer.machine import peak_rss_mb
 from trainer.models import BATCH_NORMS, build_model, plugin
 from trainer.memory import keep_large_blocks, release_free_memory
+from trainer.progress import StepReporter
 from trainer.rundir import EVAL, FINISHED, META, PROMPT_COUNT, SUMMARY, TOKENIZER, TRAIN
 from trainer.telemetry.instruments import Extremes, is_instrument
 from trainer.telemetry.samples import sample_prompts
@@ -177,7 +178,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
     if start == 0:
         _write_meta(cfg, run_dir, corpus, stats, strategy, argv,
                     decay_groups(run.model.trainable_variables),
-                    norm_contract_checks(cfg.model.norm, run.model))
+                    norm_contract_checks(cfg.model.norm, run.model), announce=progress)
     if start == 0 or not (run_dir / TOKENIZER).is_file():  # a run begun before runs saved it
         save_text_files(run_dir, corpus.tokenizer, sample_prompts(corpus, PROMPT_COUNT))
     writers = _open_curves(cfg, run_dir, start, stats)
@@ -187,8 +188,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
     if start == 0:
         evaluator(0)
     dataset = iter(train_dataset(corpus, t.seed, start_step=start))
-    bar = tqdm(range(start, t.steps), initial=start, total=t.steps, disable=not progress,
-               desc=run_dir.name, unit="step", dynamic_ncols=True, leave=False)
+    bar, report = _progress(run_dir.name, start, t.steps, progress)
     for step in bar:
         out, loss = _timed_step(run.train_step, next(dataset), timings, speed)
         nonfinite = bool(out["nonfinite"]) or not math.isfinite(loss)
@@ -204,6 +204,7 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
             writers.write(TRAIN, scalars, step)
             bar.set_postfix(loss=f"{loss:.3f}")
         done = step + 1
+        report(done, force=done == t.steps)
         if done % t.eval_every == 0 or done == t.steps:
             evaluator(done)
         if done % t.checkpoint_every == 0 or done == t.steps or stop.requested:
@@ -228,13 +229,25 @@ def _train(cfg, run_dir: Path, corpus, argv, progress: bool, stop, timings) -> d
     return summary
 
 
+def _progress(name: str, start: int, steps: int, own_bar: bool) -> tuple[tqdm, StepReporter]:
+    """The steps ``start .. steps``: the run's own bar (shown when ``own_bar``) and its
+    ``StepReporter`` (to a sweep's bar, when a sweep runs it: trainer/progress.py)."""
+    bar = tqdm(range(start, steps), initial=start, total=steps, disable=not own_bar, desc=name,
+               unit="step", dynamic_ncols=True, leave=False)
+    report = StepReporter()
+    report(start, force=True)
+    return bar, report
+
+
 def _write_meta(cfg, run_dir: Path, corpus, stats: dict, strategy, argv, decay: dict,
-                norm_checks: dict | None) -> None:
-    """meta.json, and the weight-decay groups (``decay_groups``) once on the console;
+                norm_checks: dict | None, announce: bool = True) -> None:
+    """meta.json, and the weight-decay groups (``decay_groups``) once on the console when
+    ``announce`` (a run with its own progress bar; a sweep's variants keep them in meta.json);
     ``norm_checks``: a norm from outside the lab's contract checks (None: a lab norm)."""
     d, n = decay["decayed"], decay["not_decayed"]
-    print(f"weight decay {cfg.train.weight_decay:g} on {d['tensors']} tensors ({d['params']:,} "
-          f"parameters), none on {n['tensors']} ({n['params']:,})")
+    if announce:
+        print(f"weight decay {cfg.train.weight_decay:g} on {d['tensors']} tensors "
+              f"({d['params']:,} parameters), none on {n['tensors']} ({n['params']:,})")
     data_info = {"dataset_fingerprint": corpus.fingerprint,
                  "tokenizer_hash": corpus.tokenizer_hash, "data_stats": stats,
                  "devices": [d.name for d in tf.config.list_logical_devices()],
