@@ -100,7 +100,7 @@ def _decode_parser() -> _Parser:
     p.add_argument("--batch-sizes", type=_sizes, default=[1, 16], metavar="B,B,...")
     p.add_argument("--prompt-tokens", type=_positive, default=16)
     p.add_argument("--new-tokens", type=_positive, default=128)
-    p.add_argument("--pairs", type=_positive, default=3,
+    p.add_argument("--pairs", type=_positive, default=5,
                    help="interleaved timed passes of the compiled and the per-token loop")
     p.add_argument("--out", default="bench_decode.json", help="JSON report path")
     p.add_argument("--into", metavar="REPORT", help="also write it as the 'decode' key of this "

@@ -8,11 +8,11 @@ per-token loop (``compiled=False``: one program call per token) and (c) by a ful
 the whole prefix for every new token (one program of shape (B, prompt + new), the prefix
 right-padded, the logits read at its last real position). (a) and (b) are timed in ``--pairs``
 interleaved pairs, so that both see the same load: ``compiled_over_loop`` is the median of the
-pairs' ratios, each way's tokens/s the median of its passes; (a) must give (b)'s tokens
-(``identical``). Tokens/s = B x new tokens / wall time of a pass; each way runs once untimed
-first, so compilation is not counted. Weights are freshly initialised: speed does not depend on
-them, and no data or checkpoint is needed. ``targets``: the compiled loop's speed-up over the
-per-token loop that issue #57 set, at the batch sizes it names.
+pairs' ratios, each way's tokens/s the median of its passes; ``identical``: (a) gave (b)'s
+tokens (a target passes only then). Tokens/s = B x new tokens / wall time of a pass; each way
+runs once untimed first, so compilation is not counted. Weights are freshly initialised: speed
+does not depend on them, and no data or checkpoint is needed. ``targets``: the compiled loop's
+speed-up over the per-token loop that issue #57 set, at the batch sizes it names.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def targets(rows: list[dict]) -> list[dict]:
             for r in rows if r["batch_size"] in TARGETS]
 
 
-def bench_decode(cfg, batch_sizes, prompt_tokens: int, new_tokens: int, pairs: int = 3) -> dict:
+def bench_decode(cfg, batch_sizes, prompt_tokens: int, new_tokens: int, pairs: int = 5) -> dict:
     """The report: per batch size, the three ways' tokens/s and their ratios."""
     import keras
     import tensorflow as tf
