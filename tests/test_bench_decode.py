@@ -28,6 +28,8 @@ def test_bench_decode_reports_the_three_ways_side_by_side(tmp_path, capsys):
                    r["recompute_tokens_per_sec"]) > 0
         assert r["identical"] and len(r["compiled_over_loop_pairs"]) == 2
         assert r["compiled_over_loop"] == statistics.median(r["compiled_over_loop_pairs"])
+        assert min(r["first_pass_s"].values()) > 0 and set(r["first_pass_s"]) == {"compiled",
+                                                                                  "loop"}
     assert [t["batch_size"] for t in report["targets"]] == [1]  # B = 1 has one, B = 3 none
     assert report["model"]["dim"] == 32 and report["max_len"] == 32
     merged = json.loads(into.read_text())

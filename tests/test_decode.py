@@ -2,7 +2,7 @@
 
 The decoder under test is ``generate``'s: the token loop compiled as one XLA program; the
 per-token loop (``compiled=False``) must give its tokens and logits. Tiny models (2 layers,
-dim 32, vocab 50, max_len 24, so the compiled loop steps through cache lengths 3, 6, 12, 24)
+dim 32, vocab 50, max_len 24, so the compiled loop steps through cache lengths 3, 6, 9, ...)
 with weights moved off their init (so logits are of order 1, not near-uniform) and, for the
 batch norms, running statistics moved off (0, 1) by training-mode passes. Inference mode,
 float32. "Equal" is <= 1e-5 on the logits.
@@ -18,7 +18,7 @@ import keras  # noqa: E402
 
 from trainer.models import CausalLM, model_config  # noqa: E402
 from trainer.models.decode import Decoder, Request  # noqa: E402
-from trainer.models.decode_loop import choose, request_key  # noqa: E402
+from trainer.models.decode_loop import choose, reach, request_key, segments  # noqa: E402
 from trainer.models.lm import DECODE_NEEDS_INFERENCE  # noqa: E402
 from trainer.models.norms import BATCH_NORMS, NORMS  # noqa: E402
 
@@ -165,6 +165,12 @@ def test_decoding_with_batch_statistics_is_refused_with_the_reason(norm):
         model(np.ones((1, 1), "int32"), cache=model.new_cache(1),
               positions=np.zeros((1, 1), "int32"), training=True)
     assert DECODE_NEEDS_INFERENCE in str(err.value)  # keras adds a header line
+
+
+def test_the_token_loop_runs_on_the_cache_lengths_its_requests_reach():
+    assert reach([16 + 128], 256) == 160 and segments(256, 160) == [32, 64, 96, 128, 160]
+    assert reach([16 + 128, 40], 256) == 160 and reach([5, 300], 256) == 256
+    assert segments(24, reach([2], 24)) == [3] and segments(24, 24)[-3:] == [18, 21, 24]
 
 
 def _choose(logits, keys, counts, temperature=0.0, top_k=0) -> list[int]:

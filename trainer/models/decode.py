@@ -20,7 +20,9 @@ request gets other tokens, as reproducible.)
 
 Programs are compiled per shape: one token loop (or step) per batch size, one prefill per (rows,
 padded prompt length); prompt lengths are padded to a power of two (at most ``max_len``) to keep
-them few. Temperature and top-k are part of a program: each setting used compiles its own.
+them few. Temperature and top-k are part of a program: each setting used compiles its own; so is
+the cache length the requests of a ``generate`` call can reach (``decode_loop.reach``: at most
+eight), as the token loop runs on the cache's first positions while the rows are short.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ class Decoder:
         self._prefill = tf.function(lambda *a: decode_loop.prefill(model, *a), jit_compile=xla)
         self._step = tf.function(lambda *a: decode_loop.step(model, *a), jit_compile=xla)
         self._loop = tf.function(lambda *a: decode_loop.token_loop(
-            model, *a, record_logits=record_logits), jit_compile=xla)
+            model, *a[:-1], record_logits=record_logits, top=a[-1]), jit_compile=xla)
 
     def generate(self, requests: list[Request], batch_size: int, temperature: float = 0.0,
                  top_k: int = 0) -> list[Completion]:
@@ -116,13 +118,14 @@ class Decoder:
         waiting = deque(range(len(requests)))
         rows = _Rows(batch_size)
         cache = self.model.new_cache(batch_size)
+        top = decode_loop.reach([len(r.ids) + r.max_new_tokens for r in requests], self.max_len)
         while waiting or rows.busy():
             free = rows.free()[:len(waiting)]
             if free:
                 admitted = [waiting.popleft() for _ in free]
                 cache = self._admit(free, admitted, rows, done, cache, sampler)
             elif self.compiled:  # a prompt may end its request at once: refill before this
-                cache = self._run_loop(rows, done, cache, bool(waiting), sampler)
+                cache = self._run_loop(rows, done, cache, bool(waiting), sampler, top)
             else:
                 cache = self._run_step(rows, done, cache, sampler)
         return done
@@ -178,14 +181,15 @@ class Decoder:
                 self._emit(rows, done, slot, int(chosen[slot]))
         return cache
 
-    def _run_loop(self, rows: _Rows, done, cache, refill: bool, sampler):
+    def _run_loop(self, rows: _Rows, done, cache, refill: bool, sampler, top: int):
         """The compiled token loop: decode on the device until every row is done (or, with
-        ``refill``, one is); then hand each request its tokens and free the done rows."""
+        ``refill``, one is); then hand each request its tokens and free the done rows. ``top``:
+        the cache length no request reaches (``decode_loop.reach``)."""
         stop = NO_STOP if self.stop_id is None else self.stop_id
         before = rows.state["count"].copy()
         out = self._loop(cache, {k: tf.constant(v) for k, v in rows.state.items()},
                          tf.constant(rows.keys), tf.constant(refill),
-                         tf.constant(stop, tf.int32), *sampler)
+                         tf.constant(stop, tf.int32), *sampler, top)
         rows.state = {k: out[k].numpy() for k in rows.state}
         tokens, fed = out["tokens"].numpy(), out["fed"].numpy()
         logits = out["logits"].numpy() if self.record_logits else None

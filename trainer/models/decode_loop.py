@@ -67,18 +67,31 @@ def step(model, last, positions, cache, keys, counts, temperature: float, top_k:
     return choose(logits, keys, counts, temperature, top_k), logits, cache
 
 
-def segments(max_len: int) -> list[int]:
-    """The cache lengths the token loop steps through: max_len / 8, / 4, / 2, max_len."""
-    return sorted({max(1, max_len >> k) for k in (3, 2, 1, 0)})
+SEGMENTS = 8  # the token loop's cache lengths are multiples of max_len / SEGMENTS
+
+
+def reach(lengths, max_len: int) -> int:
+    """The cache length a token loop needs for sequences of at most ``lengths`` tokens (prompt
+    plus new tokens, each at most max_len): the next multiple of max_len / ``SEGMENTS``."""
+    step = max(1, max_len // SEGMENTS)
+    return min(max_len, -(-max(lengths) // step) * step)
+
+
+def segments(max_len: int, top: int) -> list[int]:
+    """The cache lengths the token loop steps through, up to ``top`` (a ``reach``)."""
+    step = max(1, max_len // SEGMENTS)
+    return [*range(step, top, step), top]
 
 
 def token_loop(model, cache, rows: dict, keys, refill, stop_id, temperature: float,
-               top_k: int, record_logits: bool) -> dict:
+               top_k: int, record_logits: bool, top: int) -> dict:
     """Decode every active row until all are done (or, with ``refill`` true, until one is).
 
     Each step reads and rewrites the whole cache it is given, so its time grows with the cache's
     length: while every active row's position is below a length of ``segments``, the steps run
-    on the cache's first positions alone (the others are never attended to before then).
+    on the cache's first positions alone (the others are never attended to before then). Each
+    length is one more copy of the model in the program (compile time grows with it); lengths
+    past ``top``, which no row reaches, are left out.
 
     Args:
         model: the ``CausalLM``.
@@ -91,6 +104,7 @@ def token_loop(model, cache, rows: dict, keys, refill, stop_id, temperature: flo
         stop_id: scalar int32; a row that draws it is done without keeping it (``NO_STOP``).
         temperature, top_k: as ``choose``.
         record_logits: also return the logits of every step.
+        top: the cache length no row's position reaches (``reach``).
 
     Returns:
         ``rows`` updated, plus ``cache``, ``tokens`` (B, max_len) int32 (row b's new tokens are
@@ -107,7 +121,7 @@ def token_loop(model, cache, rows: dict, keys, refill, stop_id, temperature: flo
              tf.zeros((batch, length), tf.int32))
     if record_logits:
         state += (tf.zeros((batch, length, model.vocab_size)),)
-    for size in segments(length):
+    for size in segments(length, top):
         part, state = _segment(model, cache[:, :, :, :size], state, refill, sample)
         cache = part if size == length else tf.concat([part, cache[:, :, :, size:]], axis=3)
     names = ("t", "last", "position", "budget", "count", "active", "fed", "freed", "tokens",
