@@ -1,8 +1,11 @@
 """KV-cache decoding (trainer/models/decode.py) against the full-sequence forward, every norm.
 
-Tiny models (2 layers, dim 32, vocab 50, max_len 24) with weights moved off their init (so logits
-are of order 1, not near-uniform) and, for the batch norms, running statistics moved off (0, 1)
-by training-mode passes. Inference mode, float32. "Equal" is <= 1e-5 on the logits.
+The decoder under test is ``generate``'s: the token loop compiled as one XLA program; the
+per-token loop (``compiled=False``) must give its tokens and logits. Tiny models (2 layers,
+dim 32, vocab 50, max_len 24, so the compiled loop steps through cache lengths 3, 6, 9, ...)
+with weights moved off their init (so logits are of order 1, not near-uniform) and, for the
+batch norms, running statistics moved off (0, 1) by training-mode passes. Inference mode,
+float32. "Equal" is <= 1e-5 on the logits.
 """
 
 import numpy as np
@@ -14,7 +17,8 @@ tf = trainer.import_tensorflow_quietly()
 import keras  # noqa: E402
 
 from trainer.models import CausalLM, model_config  # noqa: E402
-from trainer.models.decode import Decoder, Request, choose  # noqa: E402
+from trainer.models.decode import Decoder, Request  # noqa: E402
+from trainer.models.decode_loop import choose, reach, request_key, segments  # noqa: E402
 from trainer.models.lm import DECODE_NEEDS_INFERENCE  # noqa: E402
 from trainer.models.norms import BATCH_NORMS, NORMS  # noqa: E402
 
@@ -60,6 +64,13 @@ pytestmark = pytest.mark.xdist_group("test_decode")
 def decoder(request) -> Decoder:
     """One decoder per norm (and DyT's recipe): its compiled programs are shared below."""
     return Decoder(_model(request.param), record_logits=True)
+
+
+def _same(a: list, b: list) -> None:
+    """Completions ``a`` and ``b``: the same tokens, logits within ``SAME``."""
+    for x, y in zip(a, b, strict=True):
+        assert x.tokens == y.tokens and len(x.logits) == len(y.logits)
+        assert np.abs(np.stack(x.logits) - np.stack(y.logits)).max() <= SAME
 
 
 def _full_logits(model, sequences: list[list[int]]) -> list[np.ndarray]:
@@ -116,26 +127,40 @@ def test_a_rows_logits_do_not_change_when_others_join_finish_or_refill(decoder):
     # Sampled: each request has its own seeded sampler, so its tokens do not change either.
     requests = _requests(new_tokens=(2, 7, 3, 5, 4))
     batched = decoder.generate(requests, batch_size=2, temperature=1.0, top_k=8)
-    for r, c in zip(requests, batched):
-        alone = decoder.generate([r], batch_size=1, temperature=1.0, top_k=8)[0]
-        assert c.tokens == alone.tokens
-        assert np.abs(np.stack(c.logits) - np.stack(alone.logits)).max() <= SAME
+    alone = [decoder.generate([r], batch_size=1, temperature=1.0, top_k=8)[0] for r in requests]
+    _same(batched, alone)
+    assert len({len(c.tokens) for c in batched}) > 1 and any(c.tokens for c in batched)
 
 
-def test_a_row_stops_at_max_len_tokens_in_all():
-    decoder = Decoder(_model("layer"), xla=False)
+def test_the_per_token_loop_gives_the_compiled_loops_tokens_and_logits(decoder):
+    # XLA too: a stateless draw under XLA differs from the same draw in graph mode.
+    per_token = Decoder(decoder.model, record_logits=True, compiled=False)
+    for temperature, top_k in ((0.0, 0), (1.0, 8)):
+        requests = _requests(new_tokens=(2, 7, 3, 5, 4))
+        _same(decoder.generate(requests, 2, temperature, top_k),
+              per_token.generate(requests, 2, temperature, top_k))
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_row_stops_at_max_len_tokens_in_all(compiled):
+    decoder = Decoder(_model("layer"), xla=False, compiled=compiled)
     prompt = [1, *range(3, MAX_LEN)]  # MAX_LEN - 2 tokens
     (c,) = decoder.generate([Request(prompt, 10)], batch_size=1)
     assert len(c.tokens) == 2 and len(c.sequence) == MAX_LEN
 
 
-def test_the_stop_token_ends_a_request_and_is_not_kept():
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_stop_token_ends_a_request_and_is_not_kept(compiled):
     model = _model("layer")
-    first = int(np.argmax(_full_logits(model, [PROMPTS[1]])[0][-1]))
-    decoder = Decoder(model, xla=False, stop_id=first)
-    (c,) = decoder.generate([Request(PROMPTS[1], 5)], batch_size=1)
-    assert c.tokens == []
-    assert len(Decoder(model, xla=False).generate([Request(PROMPTS[1], 5)], 1)[0].tokens) == 5
+    logits = _full_logits(model, [PROMPTS[1]])[0]
+    free = Decoder(model, xla=False, compiled=compiled)
+    (c,) = free.generate([Request(PROMPTS[1], 5)], batch_size=1)
+    assert len(c.tokens) == 5 and c.tokens[0] == int(np.argmax(logits[-1]))
+    later = next(n for n, t in enumerate(c.tokens) if t not in c.tokens[:n] and n > 0)
+    for n in (0, later):  # the stop token drawn first (at the prefill), then in the token loop
+        decoder = Decoder(model, xla=False, stop_id=c.tokens[n], compiled=compiled)
+        (stopped,) = decoder.generate([Request(PROMPTS[1], 5)], batch_size=1)
+        assert stopped.tokens == c.tokens[:n]
 
 
 @pytest.mark.parametrize("norm", sorted(BATCH_NORMS))
@@ -147,11 +172,37 @@ def test_decoding_with_batch_statistics_is_refused_with_the_reason(norm):
     assert DECODE_NEEDS_INFERENCE in str(err.value)  # keras adds a header line
 
 
+def test_the_token_loop_runs_on_the_cache_lengths_its_requests_reach():
+    assert reach([16 + 128], 256) == 160 and segments(256, 160) == [32, 64, 96, 128, 160]
+    assert reach([16 + 128, 40], 256) == 160 and reach([5, 300], 256) == 256
+    assert segments(24, reach([2], 24)) == [3] and segments(24, 24)[-3:] == [18, 21, 24]
+
+
+def _choose(logits, keys, counts, temperature=0.0, top_k=0) -> list[int]:
+    return choose(tf.constant(logits, tf.float32), tf.constant(keys, tf.int32),
+                  tf.constant(counts, tf.int32), temperature, top_k).numpy().tolist()
+
+
 def test_choose_greedy_top_k_and_seeded_sampling():
     logits = np.array([0.0, 3.0, 1.0, 2.9, -1.0], "float32")
-    assert choose(logits, 0.0, 0, None) == 1
-    draws = [choose(logits, 5.0, 2, np.random.default_rng(s)) for s in range(200)]
+    rows = np.tile(logits, (200, 1))
+    keys = np.stack([request_key(s) for s in range(200)])
+    assert _choose(rows[:2], keys[:2], [0, 0]) == [1, 1]
+    draws = _choose(rows, keys, np.zeros(200), 5.0, 2)
     assert set(draws) == {1, 3}  # top-2 only, both drawn at a high temperature
-    again = [choose(logits, 5.0, 2, np.random.default_rng(s)) for s in range(200)]
-    assert draws == again
-    assert len({choose(logits, 5.0, 0, np.random.default_rng(s)) for s in range(200)}) == 5
+    assert draws == _choose(rows, keys, np.zeros(200), 5.0, 2)  # seeded: the same again
+    assert len(set(_choose(rows, keys, np.zeros(200), 5.0))) == 5
+    # one request, its successive tokens (count 0, 1, ...): a fresh draw each
+    assert len(set(_choose(rows, np.tile(keys[0], (200, 1)), np.arange(200), 5.0))) == 5
+
+
+def test_a_draw_depends_on_its_own_row_alone():
+    rng = np.random.default_rng(0)
+    logits, keys = rng.normal(size=(6, 50)), np.stack([request_key((7, i)) for i in range(6)])
+    counts = np.arange(6)
+    together = _choose(logits, keys, counts, 1.0, 10)
+    alone = [_choose(logits[i:i + 1], keys[i:i + 1], counts[i:i + 1], 1.0, 10)[0]
+             for i in range(6)]
+    assert together == alone
+    shuffled = _choose(logits[::-1], keys[::-1], counts[::-1], 1.0, 10)
+    assert shuffled == together[::-1]

@@ -9,7 +9,8 @@ For each run directory the model is restored from its last checkpoint
   KV cache alone (batch 1) and together in a continuous batch of ``STREAM_ROWS`` rows (rows
   finish and are refilled while others run): max |Δ logits| over every position both decodes
   read with the same tokens (``Decoder(record_logits=True)``; plain ``tf.function``, no XLA:
-  compiling every prefill shape would cost more than the decoding). Inference mode.
+  compiling every prefill shape would cost more than the decoding; the per-token loop, which
+  measured the committed numbers). Inference mode.
 - F15, serving at B = 1: the next-token loss of ``--windows`` test windows fed token by token at
   batch 1 with the cache (teacher forcing: each true token is fed, the next one scored), in
   inference mode (running statistics) and, for batch norms only, with batch statistics: every
@@ -51,7 +52,7 @@ def stream_delta(model, batch: dict) -> float:
     length = model.max_len
     requests = [Request(list(batch["inputs"][i, :max(2, int(length * p))]),
                         max(1, int(length * n))) for i, (p, n) in enumerate(PROMPT_SHARES)]
-    decoder = Decoder(model, xla=False, record_logits=True)
+    decoder = Decoder(model, xla=False, record_logits=True, compiled=False)
     together = decoder.generate(requests, STREAM_ROWS)
     worst = 0.0
     for request, crowd in zip(requests, together):

@@ -93,12 +93,15 @@ def _sweep_parser() -> _Parser:
 
 def _decode_parser() -> _Parser:
     p = _Parser(prog="python -m trainer bench decode",
-                description="Tokens/s of KV-cache decoding vs recomputing the full prefix for "
-                            "every new token, at each batch size (fresh weights, greedy).")
+                description="Tokens/s of KV-cache decoding, the compiled loop beside the "
+                            "per-token loop, and of recomputing the full prefix for every new "
+                            "token, at each batch size (fresh weights, greedy).")
     p.add_argument("--config", default="configs/bench.yaml", help="experiment YAML (the model)")
     p.add_argument("--batch-sizes", type=_sizes, default=[1, 16], metavar="B,B,...")
     p.add_argument("--prompt-tokens", type=_positive, default=16)
     p.add_argument("--new-tokens", type=_positive, default=128)
+    p.add_argument("--pairs", type=_positive, default=5,
+                   help="interleaved timed passes of the compiled and the per-token loop")
     p.add_argument("--out", default="bench_decode.json", help="JSON report path")
     p.add_argument("--into", metavar="REPORT", help="also write it as the 'decode' key of this "
                    "bench report, e.g. results/bench/cpu.json")

@@ -1,39 +1,66 @@
-"""``python -m trainer bench decode``: tokens/s of KV-cache decoding vs recomputing the prefix.
+"""``python -m trainer bench decode``: tokens/s of the compiled decode loop, the per-token loop,
+and recomputing the prefix.
 
 For each batch size B: B random prompts of ``--prompt-tokens`` tokens are continued greedily by
-``--new-tokens`` tokens, (a) with ``trainer.models.decode.Decoder`` (one prefill, then one cached
-position per token) and (b) by a full forward over the whole prefix for every new token (one
-program of shape (B, prompt + new), the prefix right-padded, the logits read at its last real
-position). Tokens/s = B x new tokens / wall time of the timed pass; each way runs once untimed
-first, so compilation is not counted. Weights are freshly initialised: speed does not depend on
-them, and no data or checkpoint is needed.
+``--new-tokens`` tokens, (a) with ``trainer.models.decode.Decoder`` as ``generate`` runs it (one
+prefill, then the token loop compiled as one program on the device), (b) with the same decoder's
+per-token loop (``compiled=False``: one program call per token) and (c) by a full forward over
+the whole prefix for every new token (one program of shape (B, prompt + new), the prefix
+right-padded, the logits read at its last real position). (a) and (b) are timed in ``--pairs``
+interleaved pairs, so that both see the same load: ``compiled_over_loop`` is the median of the
+pairs' ratios, each way's tokens/s the median of its passes; ``identical``: (a) gave (b)'s
+tokens (a target passes only then). Tokens/s = B x new tokens / wall time of a pass; each way
+runs once untimed first, so compilation is not counted (``first_pass_s``: that pass's time,
+compilation included). Weights are freshly initialised: speed does not depend on them, and no
+data or checkpoint is needed. ``targets``: the compiled loop's speed-up over the per-token loop
+that issue #57 set, at the batch sizes it names.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 
 BATCH_SIZES = (1, 16)
+TARGETS = {1: 4.0, 16: 2.0}  # batch size -> compiled_over_loop at least
 
 
-def _cached(model, prompts: np.ndarray, new_tokens: int, xla: bool) -> float:
-    from trainer.models.decode import Decoder, Request
-
-    decoder = Decoder(model, xla=xla)
-    requests = [Request(list(p), new_tokens) for p in prompts]
-
-    def run():
-        return decoder.generate(requests, batch_size=len(requests))
-
-    run()  # compiles the prefill and step programs
+def _timed(run) -> tuple[float, list]:
     start = time.perf_counter()
     done = run()
-    elapsed = time.perf_counter() - start
-    assert all(len(c.tokens) == new_tokens for c in done)
-    return elapsed
+    return time.perf_counter() - start, [c.tokens for c in done]
+
+
+def _decoders(model, prompts: np.ndarray, new_tokens: int, xla: bool, pairs: int) -> dict:
+    """The compiled and the per-token loop over the same requests, in interleaved pairs."""
+    from trainer.models.decode import Decoder, Request
+
+    requests = [Request(list(p), new_tokens) for p in prompts]
+    ways = {way: Decoder(model, xla=xla, compiled=way == "compiled")
+            for way in ("compiled", "loop")}
+    runs = {way: (lambda d=d: d.generate(requests, batch_size=len(requests)))
+            for way, d in ways.items()}
+    first, outputs = {}, {}
+    for way, run in runs.items():  # compiles the programs
+        first[way], outputs[way] = _timed(run)
+    seconds = {way: [] for way in ways}
+    for _ in range(pairs):
+        for way in ("loop", "compiled"):
+            elapsed, tokens = _timed(runs[way])
+            seconds[way].append(elapsed)
+            assert tokens == outputs[way]  # the same each pass
+    loop_tokens = outputs["loop"]
+    assert all(len(t) == new_tokens for t in loop_tokens)
+    tokens = len(requests) * new_tokens
+    ratios = [lo / co for lo, co in zip(seconds["loop"], seconds["compiled"])]
+    return {"compiled_tokens_per_sec": tokens / statistics.median(seconds["compiled"]),
+            "loop_tokens_per_sec": tokens / statistics.median(seconds["loop"]),
+            "compiled_over_loop": statistics.median(ratios), "compiled_over_loop_pairs": ratios,
+            "identical": outputs["compiled"] == loop_tokens,
+            "first_pass_s": first}  # with compilation
 
 
 def _recompute(model, prompts: np.ndarray, new_tokens: int, xla: bool) -> float:
@@ -55,8 +82,16 @@ def _recompute(model, prompts: np.ndarray, new_tokens: int, xla: bool) -> float:
     return time.perf_counter() - start
 
 
-def bench_decode(cfg, batch_sizes, prompt_tokens: int, new_tokens: int) -> dict:
-    """The report: per batch size, cached and recomputed tokens/s and their ratio."""
+def targets(rows: list[dict]) -> list[dict]:
+    """``TARGETS`` against the rows measured at those batch sizes."""
+    return [{"batch_size": r["batch_size"], "what": "compiled_over_loop",
+             "measured": r["compiled_over_loop"], "target": TARGETS[r["batch_size"]],
+             "pass": bool(r["compiled_over_loop"] >= TARGETS[r["batch_size"]] and r["identical"])}
+            for r in rows if r["batch_size"] in TARGETS]
+
+
+def bench_decode(cfg, batch_sizes, prompt_tokens: int, new_tokens: int, pairs: int = 5) -> dict:
+    """The report: per batch size, the three ways' tokens/s and their ratios."""
     import keras
     import tensorflow as tf
 
@@ -74,14 +109,15 @@ def bench_decode(cfg, batch_sizes, prompt_tokens: int, new_tokens: int) -> dict:
     rows = []
     for b in batch_sizes:
         prompts = rng.integers(3, vocab, (b, prompt_tokens)).astype(np.int32)
-        cached = _cached(model, prompts, new_tokens, cfg.runtime.xla)
+        row = {"batch_size": b, **_decoders(model, prompts, new_tokens, cfg.runtime.xla, pairs)}
         full = _recompute(model, prompts, new_tokens, cfg.runtime.xla)
-        rows.append({"batch_size": b, "cached_tokens_per_sec": b * new_tokens / cached,
-                     "recompute_tokens_per_sec": b * new_tokens / full,
-                     "cached_over_recompute": full / cached})
-    return {"prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "xla": cfg.runtime.xla,
-            "model": to_dict(cfg)["model"], "vocab_size": vocab, "max_len": max_len,
-            "rows": rows, "machine": machine_block(tf)}
+        row["recompute_tokens_per_sec"] = b * new_tokens / full
+        row["loop_over_recompute"] = row["loop_tokens_per_sec"] / row["recompute_tokens_per_sec"]
+        rows.append(row)
+    return {"prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "pairs": pairs,
+            "xla": cfg.runtime.xla, "model": to_dict(cfg)["model"], "vocab_size": vocab,
+            "max_len": max_len, "rows": rows, "targets": targets(rows),
+            "machine": machine_block(tf)}
 
 
 def run(args) -> dict:
@@ -91,7 +127,7 @@ def run(args) -> dict:
     from trainer.config import ConfigError, load_config
 
     cfg = load_config(args.config, args.overrides)
-    report = bench_decode(cfg, args.batch_sizes, args.prompt_tokens, args.new_tokens)
+    report = bench_decode(cfg, args.batch_sizes, args.prompt_tokens, args.new_tokens, args.pairs)
     write_json(Path(args.out), report)
     if args.into:
         into = read_json(Path(args.into))
@@ -99,8 +135,13 @@ def run(args) -> dict:
             raise ConfigError(f"--into {args.into}: not a bench report (missing or not JSON)")
         write_json(Path(args.into), {**into, "decode": report})
     for r in report["rows"]:
-        print(f"B={r['batch_size']}: cached {r['cached_tokens_per_sec']:,.0f} tokens/s, "
-              f"recompute {r['recompute_tokens_per_sec']:,.0f} tokens/s "
-              f"({r['cached_over_recompute']:.1f}x)")
+        print(f"B={r['batch_size']}: compiled {r['compiled_tokens_per_sec']:,.0f} tokens/s, "
+              f"per-token loop {r['loop_tokens_per_sec']:,.0f} "
+              f"({r['compiled_over_loop']:.1f}x, median of {report['pairs']} pairs; "
+              f"{'identical' if r['identical'] else 'DIFFERENT'} tokens), "
+              f"recompute {r['recompute_tokens_per_sec']:,.0f}")
+    for t in report["targets"]:
+        print(f"target B={t['batch_size']}: compiled_over_loop {t['measured']:.2f} >= "
+              f"{t['target']:g}: {'pass' if t['pass'] else 'FAIL'}")
     print(f"wrote {args.out}" + (f" and the decode key of {args.into}" if args.into else ""))
     return report
