@@ -55,12 +55,20 @@ def _model(variant: str) -> CausalLM:
     return model
 
 
-# Its module-scoped runs are built once: every test here goes to the same xdist worker
-# (--dist loadgroup, setup.cfg), not once per worker that gets one of its tests.
-pytestmark = pytest.mark.xdist_group("test_decode")
+# Each variant's decoder is built and compiled once: a variant's tests go to one xdist worker
+# (--dist loadgroup, setup.cfg), the variants spread over the workers. The first tier decodes
+# one of each kind; the variants it leaves to the slow tier repeat a kind it has (batch and
+# sync_batch: masked_batch's running statistics; dyt: dyt+recipe; peri+masked_batch: peri and
+# masked_batch each), as compiling the token loop takes ~20 s per variant on 2 cores.
+SLOW_VARIANTS = ("batch", "dyt", "peri+masked_batch", "sync_batch")
 
 
-@pytest.fixture(scope="module", params=sorted(VARIANTS))
+def _variant(name: str):
+    marks = [pytest.mark.xdist_group(f"test_decode_{name}")]
+    return pytest.param(name, marks=[*marks, pytest.mark.slow] if name in SLOW_VARIANTS else marks)
+
+
+@pytest.fixture(scope="module", params=[_variant(v) for v in sorted(VARIANTS)])
 def decoder(request) -> Decoder:
     """One decoder per norm (and DyT's recipe): its compiled programs are shared below."""
     return Decoder(_model(request.param), record_logits=True)

@@ -3,7 +3,8 @@
 Modules: ``norms`` (the norm registry), ``plugin`` (norms from outside the lab: load, check against
 the norm contract, keep with the run), ``attention`` (causal self-attention, with a key/value
 cache for decoding), ``block`` (one Transformer block, ``model.init`` schemes), ``lm`` (the
-causal LM), ``decode`` (cached decoding of several requests at once: continuous batching)."""
+causal LM), ``decode`` (cached decoding of several requests at once: continuous batching),
+``decode_loop`` (the sampler, prefill, and the token loop compiled as one program)."""
 
 from trainer.models.block import Block, FeedForward, model_config
 from trainer.models.lm import CausalLM, build_model
