@@ -10,6 +10,7 @@ package's ``thresholds`` imports them under the same names.
 - ``core`` (S, F1-F4), ``dynamics`` (F5, F6), ``batch`` (F7-F9), ``stream`` (F10, F12, F14),
   ``depth`` (F11), ``ln`` (F13), ``inference`` (F15-F19): one function per claim (F13's and
   F18's numbers from ``analyze ln-numbers`` and ``ln-epsilon``: the page needs no TensorFlow);
+- ``instability``: pre-registration 3's I1 (QK-norm) and I2 (z-loss) on ``scale/inst_lr``;
 - ``lr``: the learning-rate table (best rate and sensitivity per variant);
 - ``page``: results/README.md; ``figures``, ``figures_best``: the claims' own figures;
   ``history``: each verdict against the archived page's, with the reason it changed;

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from trainer.atomic import write_text
-from trainer.findings import (batch, core, depth, dynamics, extra, history, inference, ln, lr,
-                              recipes, replication, stream)
+from trainer.findings import (batch, core, depth, dynamics, extra, history, inference,
+                              instability, ln, lr, recipes, replication, stream)
 from trainer.findings.claim import VERDICTS, Finding
 from trainer.findings.reference import EXTRA, Reference
 from trainer.findings.thresholds import SETTINGS
@@ -26,6 +26,8 @@ PREREGISTRATION_COMMIT = "6702ad59bcfa5f981ffd6642c524151399062109"
 # Pre-registration 2 (issue #34): the statistics rule, DyT's recipe and the replication settings
 PREREGISTRATION_2 = "results/PREREGISTRATION-REPLICATION.md"
 PREREGISTRATION_2_COMMIT = "3b4fe0ea9c80d29644b5058336fa6d19c3588ce8"
+# Pre-registration 3 (issues #55, #56): the instability claims, the model-size ladder
+PREREGISTRATION_3 = "results/PREREGISTRATION-SCALE.md"
 
 
 def all_claims() -> tuple:
@@ -243,26 +245,49 @@ def render_page(ref, findings, replicated=None) -> str:
     archived = history.archived_verdicts(ref.root.parent)
     judged = replicated[1] if replicated is not None else {}
     for f in findings:
-        lines += ["", f"## {f.id}", "", f"**{f.claim}.**", "", f"Metric: {f.metric}.", ""]
-        if f.missing:
-            lines.append("Not run yet; missing: " + "; ".join(f.missing) + ".")
-        else:
-            lines += [section_setting(f), ""]
-            lines += [f"- {line}" for line in f.lines]
-            lines += [""] + [_part(p) for p in f.parts]
-        lines += ["", f"Verdict: {VERDICTS[f.verdict]}. Falsified by: {f.falsifier}."]
-        was = history.note(f, archived)
-        lines += ["", was] if was else []
-        other = replication.across(judged, f.id)
-        lines += ["", *other] if other else []
-        lines += [x for plot in f.plots if (ref.root / plot).is_file()
-                  for x in ("", f"![{f.id}]({name}/{plot})")]
+        lines += _finding(ref, f, history.note(f, archived), replication.across(judged, f.id))
+    lines += _scale_section(ref)
     lines += ["", "## Recipes: each method against its source", "",
               "What the lab follows of each variant's source and every deviation, with its "
               "reason (`trainer/findings/recipes.py`).", "", recipes.recipes_table().rstrip("\n")]
     lines += ["", "## Runs at the plateau", "", *_plateau(ref),
               "", "## Provenance", "", *_provenance(ref, findings)]
     return "\n".join(lines) + "\n"
+
+
+def _finding(ref, f: Finding, was: str = "", other: list[str] = ()) -> list[str]:
+    """One claim's section: claim, metric, setting, numbers, parts, verdict, figures."""
+    lines = ["", f"## {f.id}", "", f"**{f.claim}.**", "", f"Metric: {f.metric}.", ""]
+    if f.missing:
+        lines.append("Not run yet; missing: " + "; ".join(f.missing) + ".")
+    else:
+        lines += [section_setting(f), ""]
+        lines += [f"- {line}" for line in f.lines]
+        lines += [""] + [_part(p) for p in f.parts]
+    lines += ["", f"Verdict: {VERDICTS[f.verdict]}. Falsified by: {f.falsifier}."]
+    lines += ["", was] if was else []
+    lines += ["", *other] if other else []
+    return lines + [x for plot in f.plots if (ref.root / plot).is_file()
+                    for x in ("", f"![{f.id}]({ref.root.name}/{plot})")]
+
+
+def _scale_section(ref) -> list[str]:
+    """Pre-registration 3's instability claims (reference setting only), judged on their own
+    sub-sweeps under ``scale/``; "not run yet" until their runs are committed."""
+    if ref.setting != "reference":
+        return []
+    found = [claim(ref) for claim in instability.CLAIMS]
+    lines = ["", "## Instabilities and their fixes (pre-registration 3)", "",
+             f"Claims fixed in [pre-registration 3]({Path(PREREGISTRATION_3).name}) before any of "
+             "their runs, judged by the same statistics rule on sub-sweeps of "
+             f"`results/{ref.root.name}/{instability.SCALE}/` (`configs/sweeps/scale/`); "
+             "`trainer/findings/instability.py` reads them.", "",
+             "| id | claim | verdict | it would have been false if |", "|---|---|---|---|"]
+    lines += [f"| [{f.id}](#{f.id.lower()}) | {_cell(f.claim)} | {VERDICTS[f.verdict]} | "
+              f"{_cell(f.falsifier)} |" for f in found]
+    for f in found:
+        lines += _finding(ref, f)
+    return lines
 
 
 if __name__ == "__main__":
