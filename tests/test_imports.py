@@ -309,3 +309,15 @@ def test_analyses_reach_no_claim(module):
     via = reachable(_graph(), module)
     upward = [m for m in via if m == "trainer.findings" or m.startswith("trainer.findings.")]
     assert not upward, f"{module} reaches {_chain(via, upward[0])}"
+
+
+def test_importing_the_trainer_runs_no_tensorflow_op():
+    """A sweep worker imports the training code once and forks a child per run
+    (trainer/launch.py): a TF op run at import (a module-level ``tf.constant``) starts TF's
+    runtime and thread pools in the parent, and every forked child then deadlocks in its first
+    op. The eager context must still be unstarted after the worker's imports."""
+    done = _python("import trainer.train.loop, trainer.models, trainer.models.decode\n"
+                   "from tensorflow.python.eager import context\n"
+                   "print(context.context()._context_handle is None)")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "True"

@@ -37,8 +37,10 @@ def _qk_rms_norm(epsilon: float, name: str) -> keras.layers.Layer:
     return keras.layers.RMSNormalization(epsilon=epsilon, dtype="float32", name=name)
 
 
-# What keras' TensorFlow attention puts at masked logits (keras' _get_large_negative).
-LARGE_NEGATIVE = tf.constant(3.38953e38 * -0.7, "float32")
+# What keras' TensorFlow attention puts at masked logits (keras' _get_large_negative). A number,
+# not a tensor: a TF op run at import starts TF's thread pools, and a sweep worker's forked
+# children would then deadlock in their first op (trainer/launch.py, tests/test_imports.py).
+LARGE_NEGATIVE = 3.38953e38 * -0.7
 
 # model.qk_norm -> the layer normalising (B, T, heads, head_dim) over head_dim; none: no layer.
 QK_NORMS = QKNorm.require_keys({QKNorm.none: None, QKNorm.layer: _qk_layer_norm,
@@ -134,7 +136,7 @@ class CachedAttention(keras.layers.MultiHeadAttention):
         length = tf.shape(logits)[-1]
         causal = tf.linalg.band_part(tf.ones((length, length), "bool"), -1, 0)[None, None]
         combined = tf.logical_and(tf.ones_like(logits, dtype="bool"), causal)
-        logits = tf.where(combined, logits, LARGE_NEGATIVE)
+        logits = tf.where(combined, logits, tf.constant(LARGE_NEGATIVE, logits.dtype))
         probs = tf.cast(tf.nn.softmax(logits, axis=-1), v.dtype)
         dropped = self._dropout_layer(probs, training=training) if self._dropout > 0 else probs
         return tf.einsum("BNTS,BSNH->BTNH", dropped, v, optimize="optimal"), logits, probs
