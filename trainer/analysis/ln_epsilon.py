@@ -17,7 +17,6 @@ TensorFlow. Figure: ``ln_epsilon.png``.
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
@@ -25,9 +24,8 @@ import numpy as np
 
 from trainer.analysis.thresholds import (EPSILONS, OFFSET, OFFSET_SPREAD, SPREAD_KEPT,
                                          SPREAD_LOST)
-from trainer.atomic import save_figure, subplots, write_csv
+from trainer.atomic import save_figure, subplots
 from trainer.results.plots import DPI
-from trainer.rundir import analysis_name
 
 FEATURES = 64
 METHODS = ("one-pass", "two-pass")
@@ -143,14 +141,6 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from trainer.provenance import write_stamp
+    from trainer.analysis.ln_numbers import table_main
 
-    p = argparse.ArgumentParser(prog="python -m trainer analyze ln-epsilon",
-                                description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True, type=Path, help="directory for ln_epsilon.csv/.png")
-    args = p.parse_args(argv)
-    rows, out = measure(), args.out / analysis_name("ln-epsilon")
-    write_csv(out.with_suffix(".csv"), rows)
-    plot(rows, out.with_suffix(".png"))
-    write_stamp(out.with_suffix(".csv"), ["analyze", "ln-epsilon", *argv])
-    return 0
+    return table_main("ln-epsilon", __doc__, measure, plot, argv)

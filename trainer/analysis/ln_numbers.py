@@ -103,14 +103,21 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
+    return table_main("ln-numbers", __doc__, measure, plot, argv)
+
+
+def table_main(kind: str, doc: str, measure, plot, argv: list[str]) -> int:
+    """``analyze KIND --out DIR`` for an analysis of LN's definition (no runs, no model): its
+    ``measure()`` rows as DIR/NAME.csv, ``plot`` as DIR/NAME.png, the command as the stamp."""
     from trainer.provenance import write_stamp
 
-    p = argparse.ArgumentParser(prog="python -m trainer analyze ln-numbers",
-                                description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True, type=Path, help="directory for ln_numbers.csv/.png")
+    p = argparse.ArgumentParser(prog=f"python -m trainer analyze {kind}",
+                                description=doc.splitlines()[0])
+    name = analysis_name(kind)
+    p.add_argument("--out", required=True, type=Path, help=f"directory for {name}.csv/.png")
     args = p.parse_args(argv)
-    rows, out = measure(), args.out / analysis_name("ln-numbers")
+    rows, out = measure(), args.out / name
     write_csv(out.with_suffix(".csv"), rows)
     plot(rows, out.with_suffix(".png"))
-    write_stamp(out.with_suffix(".csv"), ["analyze", "ln-numbers", *argv])
+    write_stamp(out.with_suffix(".csv"), ["analyze", kind, *argv])
     return 0

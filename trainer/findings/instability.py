@@ -149,13 +149,11 @@ def i1(ref: Reference) -> Finding:
                 f"""Pre-LN's max logit at {R_TOP:g} under {LOGIT_FACTOR:g}× its own at its best
                 rate or under {LOGIT_FACTOR:g}× QK-norm's; Pre-LN no worse at {R_TOP:g}; QK-norm
                 as sensitive; or QK-norm worse at its best""")
-    scale = Reference(ref.root / SCALE)
-    pre, qk = Grid(scale, f, "Pre-LN"), Grid(scale, f, "QK-norm")
-    if f.missing:
+    grids = _grids(ref, f, "QK-norm")
+    if grids is None:
         return f
-    control(ref, f, pre)
+    pre, qk = grids
     for g in (pre, qk):
-        f.lines.append(f"{g.name}: {lr_sweep_line(g)}")
         f.lines.append(line(f"{g.name} max attention logit at {R_TOP:g}", g.at(R_TOP, max_logit),
                             log=True))
     if pre.best is None:
@@ -184,13 +182,11 @@ def i2(ref: Reference) -> Finding:
                 best""",
                 f"""Pre-LN's final |log Z| or its drift at {R_TOP:g} not {LOGZ_MARGIN:g} nats
                 above z-loss's; Pre-LN no worse at {R_TOP:g}; or z-loss worse at its best""")
-    scale = Reference(ref.root / SCALE)
-    pre, zl = Grid(scale, f, "Pre-LN"), Grid(scale, f, "z-loss")
-    if f.missing:
+    grids = _grids(ref, f, "z-loss")
+    if grids is None:
         return f
-    control(ref, f, pre)
+    pre, zl = grids
     for g in (pre, zl):
-        f.lines.append(f"{g.name}: {lr_sweep_line(g)}")
         f.lines.append(line(f"{g.name} final |log Z| at its best rate",
                             g.at(g.best, final_abs_log_z)))
         f.lines.append(line(f"{g.name} log Z drift at {R_TOP:g}", g.at(R_TOP, log_z_drift)))
@@ -207,6 +203,18 @@ def i2(ref: Reference) -> Finding:
                f"{LOSS_MARGIN:g}", compare(pre.val(R_TOP), zl.val(R_TOP), LOSS_MARGIN))
     _null_at_best(f, "(d) z-loss", zl, pre)
     return f
+
+
+def _grids(ref: Reference, f: Finding, other: str) -> tuple[Grid, Grid] | None:
+    """Pre-LN's grid and ``other``'s, the control run and each one's best-rate line on ``f``;
+    None (``f`` then lists what is missing) until every run they need has finished."""
+    scale = Reference(ref.root / SCALE)
+    pre, new = Grid(scale, f, "Pre-LN"), Grid(scale, f, other)
+    if f.missing:
+        return None
+    control(ref, f, pre)
+    f.lines += [f"{g.name}: {lr_sweep_line(g)}" for g in (pre, new)]
+    return pre, new
 
 
 def _null_at_best(f: Finding, label: str, new: Grid, pre: Grid) -> None:
