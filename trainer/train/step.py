@@ -220,7 +220,8 @@ def _combine_stream(ctx, stream: dict, count, global_tokens) -> dict:
     out = {}
     for key, value in stream.items():
         if key.endswith(MAXIMA):
-            out[key] = ctx.all_reduce(tf.distribute.ReduceOp.MAX, value)
+            # tf.distribute reduces by SUM or MEAN only: the replicas' values, then their max
+            out[key] = tf.reduce_max(ctx.all_gather(tf.reshape(value, [1]), axis=0))
             continue
         if key == "z_loss":
             out[key] = ctx.all_reduce(tf.distribute.ReduceOp.SUM, value)
