@@ -208,7 +208,7 @@ def i2(ref: Reference) -> Finding:
 def _grids(ref: Reference, f: Finding, other: str) -> tuple[Grid, Grid] | None:
     """Pre-LN's grid and ``other``'s, the control run and each one's best-rate line on ``f``;
     None (``f`` then lists what is missing) until every run they need has finished."""
-    scale = Reference(ref.root / SCALE)
+    scale = ref.below(SCALE)
     pre, new = Grid(scale, f, "Pre-LN"), Grid(scale, f, other)
     if f.missing:
         return None

@@ -79,6 +79,19 @@ class Reference:
             other._by_name["/".join(parts[1:])] = run
         return other
 
+    def below(self, group: str) -> "Reference":
+        """The sub-sweeps under ``ROOT/group`` (``scale/inst_lr``, …) as a reference of their
+        own, sharing this one's runs and config cache: nothing is read twice."""
+        other = copy.copy(self)
+        other.root = self.root / group
+        runs = self.groups.get(group, [])
+        other.runs = runs
+        other.groups = {}
+        for run in runs:
+            other.groups.setdefault(Path(run.name).parts[1], []).append(run)
+        other._by_name = {"/".join(Path(r.name).parts[1:]): r for r in runs}
+        return other
+
     def designed(self, group: str) -> bool:
         """Whether this setting's design has sub-sweep ``group`` (a part reading a group outside
         it is not judged here: "not in this setting's design", never "not run")."""
