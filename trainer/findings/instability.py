@@ -74,8 +74,8 @@ class Grid:
                   if (lr, s) not in self.runs or not self.runs[(lr, s)].finished]
         if runs and absent:
             finding.missing.append(f"{SCALE}/{GROUP}: {name} lacks {', '.join(absent)}")
-        if runs and not self.val_bl:
-            finding.missing.append(f"{SCALE}/{GROUP}/baselines.json")
+        if runs and not self.val_bl and f"{SCALE}/{GROUP}/baselines.json" not in finding.missing:
+            finding.missing.append(f"{SCALE}/{GROUP}/baselines.json")  # one line for both grids
         self.variant = (lr_sweep.lr_variants(runs, self.val_bl)[0] if runs else None)
 
     @property

@@ -42,7 +42,8 @@ def _flat(path: Path) -> dict:
 class Reference:
     # Sub-sweeps that are learning-rate grids (choices, read on validation), not seeds at a
     # chosen rate (verdicts, read on test).
-    grids = ("lr", "depth_lr", "dyt_lr", "affine_lr")
+    grids = ("lr", "depth_lr", "dyt_lr", "affine_lr",
+             "scale")  # pre-registration 3's sub-sweeps: rate grids, judged on their own
 
     # The sub-sweeps a replication setting's design has (pre-registration 2); the reference has
     # every sub-sweep its claims read.
