@@ -74,8 +74,6 @@ class Grid:
                   if (lr, s) not in self.runs or not self.runs[(lr, s)].finished]
         if runs and absent:
             finding.missing.append(f"{SCALE}/{GROUP}: {name} lacks {', '.join(absent)}")
-        if runs and not self.val_bl and f"{SCALE}/{GROUP}/baselines.json" not in finding.missing:
-            finding.missing.append(f"{SCALE}/{GROUP}/baselines.json")  # one line for both grids
         self.variant = (lr_sweep.lr_variants(runs, self.val_bl)[0] if runs else None)
 
     @property
@@ -209,7 +207,10 @@ def _grids(ref: Reference, f: Finding, other: str) -> tuple[Grid, Grid] | None:
     """Pre-LN's grid and ``other``'s, the control run and each one's best-rate line on ``f``;
     None (``f`` then lists what is missing) until every run they need has finished."""
     scale = ref.below(SCALE)
-    pre, new = Grid(scale, f, "Pre-LN"), Grid(scale, f, other)
+    pre = Grid(scale, f, "Pre-LN")
+    if pre.runs and not pre.val_bl:  # one file for both grids
+        f.missing.append(f"{SCALE}/{GROUP}/baselines.json")
+    new = Grid(scale, f, other)
     if f.missing:
         return None
     control(ref, f, pre)
