@@ -60,20 +60,27 @@ def final_abs_log_z(run) -> float | None:
 
 
 class Grid:
-    """One variant of ``inst_lr``: its runs by rate and seed, its best rate, per-seed values."""
+    """One variant of a rate sub-sweep (``inst_lr`` by default): its runs by rate and seed, its
+    best rate, per-seed values. ``rates`` x ``seeds`` is what must have finished (more, e.g. the
+    edge rule's extensions, is read too); the best rate is on the mean over the seeds run."""
 
-    def __init__(self, scale: Reference, finding: Finding, name: str):
-        self.name = name
-        runs = scale.select(finding, GROUP, **VARIANTS[name])
-        finding.used.setdefault(f"{SCALE}/{GROUP}", []).extend(runs)
+    def __init__(self, scale: Reference, finding: Finding, name: str, group: str = GROUP,
+                 want: dict | None = None, rates=INSTABILITY_GRID, seeds=INSTABILITY_SEEDS):
+        self.name, self.seeds = name, tuple(seeds)
+        runs = scale.select(finding, group, **(VARIANTS[name] if want is None else want))
+        runs = [r for r in runs if int(r.cfg.train.seed) in self.seeds]
+        finding.used.setdefault(f"{SCALE}/{group}", []).extend(runs)
         self.runs = {(float(r.cfg.train.lr), int(r.cfg.train.seed)): r for r in runs}
-        self.val_bl = scale.baselines(GROUP, "validation") or {}
-        self.test_bl = scale.baselines(GROUP, "test") or {}
-        want = [(lr, s) for lr in INSTABILITY_GRID for s in INSTABILITY_SEEDS]
-        absent = [f"lr {lr:g} seed {s}" for lr, s in want
-                  if (lr, s) not in self.runs or not self.runs[(lr, s)].finished]
+        self.val_bl = scale.baselines(group, "validation") or {}
+        self.test_bl = scale.baselines(group, "test") or {}
+        absent = [f"lr {lr:g} seed {s}" for lr in rates for s in self.seeds
+                  if not any(math.isclose(lr, x) and s == y and r.finished
+                             for (x, y), r in self.runs.items())]
         if runs and absent:
-            finding.missing.append(f"{SCALE}/{GROUP}: {name} lacks {', '.join(absent)}")
+            finding.missing.append(f"{SCALE}/{group}: {name} lacks {', '.join(absent)}")
+        no_baselines = f"{SCALE}/{group}/baselines.json"
+        if runs and not self.val_bl and no_baselines not in finding.missing:
+            finding.missing.append(no_baselines)
         self.variant = (lr_sweep.lr_variants(runs, self.val_bl)[0] if runs else None)
 
     @property
@@ -103,7 +110,7 @@ class Grid:
     def sensitivity(self) -> dict:
         """Seed -> LR sensitivity over that seed's rates (validation)."""
         out = {}
-        for seed in INSTABILITY_SEEDS:
+        for seed in self.seeds:
             runs = [r for (_, s), r in self.runs.items() if s == seed]
             if runs:
                 out[seed] = lr_sweep.lr_variants(runs, self.val_bl)[0].sensitivity
@@ -208,8 +215,6 @@ def _grids(ref: Reference, f: Finding, other: str) -> tuple[Grid, Grid] | None:
     None (``f`` then lists what is missing) until every run they need has finished."""
     scale = ref.below(SCALE)
     pre = Grid(scale, f, "Pre-LN")
-    if pre.runs and not pre.val_bl:  # one file for both grids
-        f.missing.append(f"{SCALE}/{GROUP}/baselines.json")
     new = Grid(scale, f, other)
     if f.missing:
         return None

@@ -1,0 +1,161 @@
+"""I3 (Peri-LN) and I4 (DeepNorm), pre-registration 3, judged on synthetic ``scale/`` sub-sweeps:
+real run directories (config.yaml from the reference config and the variant's keys, summary.json,
+event files by the lab's writers), made-up numbers. With the healthy numbers every part shows;
+each flip below changes the numbers of one variant and must change the verdict."""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.reference_fixture import BASELINES, INIT_LOSS, STEPS, write_run
+from tests.test_instability import write_reference as write_inst_lr
+from trainer.findings import fixes
+from trainer.findings.reference import Reference
+from trainer.findings.thresholds import DEEP_DEPTH, DEEP_DEPTH_RATES, INSTABILITY_SEEDS, RATE_GRID
+
+INF = math.inf
+LAYERS = 6
+PRE_BEST = 0.003  # test_instability's Pre-LN: best at 3e-3
+# (validation = test) loss at each rate of RATE_GRID (seed 0; seed s adds 0.01 s)
+PERI_LR = (2.6, 2.3, 2.08, 2.2, 2.6)
+DEEP_LR = {("Post-LN", 50): (2.45, 2.35, 3.1, 3.1, INF),  # trains at 2 rates
+           ("DeepNorm", 50): (2.45, 2.3, 2.2, 2.3, 2.6),  # trains at 4
+           ("DeepNorm", 0): (2.45, 2.3, 2.22, 2.35, 2.7)}
+DEEP_DEPTH_LOSS = {"Post-LN": (2.45, 2.35, 3.1), "DeepNorm": (2.3, 2.15, 2.2)}
+# last / first block token std at the best rate
+GROWTH = {"Pre-LN": 4.0, "Peri-LN": 1.5}
+KEYS = {"Post-LN": ["model.placement=post", "model.residual=true", "model.init=normal"],
+        "DeepNorm": ["model.placement=post", "model.residual=deepnorm", "model.init=xavier"],
+        "Peri-LN": ["model.placement=peri", "model.residual=true", "model.qk_norm=none",
+                    "train.warmup_steps=50"]}
+
+
+def _run(path: Path, keys: list[str], lr: float, seed: int, loss: float,
+         growth: float | None = None) -> None:
+    summary = ({"status": "diverged", "diverged_step": 7, "loss_spikes": 0} if math.isinf(loss)
+               else {"status": "completed", "final_eval_loss": loss, "final_test_loss": loss,
+                     "loss_spikes": 0})
+    last = {"loss": loss} if math.isfinite(loss) else {}
+    if growth is not None:
+        layers = next((int(k.split("=")[1]) for k in keys if k.startswith("model.num_layers=")),
+                      LAYERS)
+        last.update({"activation/block_0/token_std": 1.0,
+                     f"activation/block_{layers - 1}/token_std": growth})
+    write_run(path, ["model.norm=layer", *keys, f"train.lr={lr}", f"train.seed={seed}"], summary,
+              {0: {"loss": INIT_LOSS}, STEPS: last}, {0: {"loss": INIT_LOSS}, STEPS: last})
+
+
+def _grid(group: Path, name: str, keys: list[str], rates, losses, seeds) -> None:
+    for lr, loss in zip(rates, losses):
+        for seed in seeds:
+            _run(group / f"{name},lr={lr},seed={seed}", keys, lr, seed, loss + 0.01 * seed)
+    (group / "baselines.json").write_text(json.dumps(BASELINES))
+
+
+def write_peri(root: Path, growth: float = GROWTH["Peri-LN"], lr_losses=PERI_LR) -> None:
+    scale = root / "scale"
+    for group in ("place_lr", "place_best"):
+        shutil.rmtree(scale / group, ignore_errors=True)
+    _grid(scale / "place_lr", "Peri-LN", KEYS["Peri-LN"], RATE_GRID, lr_losses, (0,))
+    best = RATE_GRID[lr_losses.index(min(lr_losses))]
+    for seed in INSTABILITY_SEEDS:
+        _run(scale / "place_best" / f"Peri-LN,seed={seed}", KEYS["Peri-LN"], best, seed,
+             min(lr_losses) + 0.01 * seed, growth)
+    (scale / "place_best" / "baselines.json").write_text(json.dumps(BASELINES))
+
+
+def write_deep(root: Path, lr_table=DEEP_LR, depth=DEEP_DEPTH_LOSS) -> None:
+    scale = root / "scale"
+    for group in ("deep_lr", "deep_depth"):
+        shutil.rmtree(scale / group, ignore_errors=True)
+    for (name, warmup), losses in lr_table.items():
+        _grid(scale / "deep_lr", f"{name},w{warmup}", [*KEYS[name], f"train.warmup_steps={warmup}"],
+              RATE_GRID, losses, INSTABILITY_SEEDS)
+    for name, losses in depth.items():
+        _grid(scale / "deep_depth", name, [*KEYS[name], "train.warmup_steps=50",
+                                           f"model.num_layers={DEEP_DEPTH}"],
+              DEEP_DEPTH_RATES, losses, INSTABILITY_SEEDS)
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("fixes") / "reference"
+    write_inst_lr(root)
+    for seed in INSTABILITY_SEEDS:  # Pre-LN at its best, with the stream's std per block
+        _run(root / "scale/inst_lr" / f"Pre-LN,lr={PRE_BEST},seed={seed}",
+             ["model.residual=true", "model.placement=pre", "train.warmup_steps=50",
+              "model.qk_norm=none", "train.z_loss=0.0"], PRE_BEST, seed, 2.1 + 0.01 * seed,
+             GROWTH["Pre-LN"])
+    write_peri(root)
+    write_deep(root)
+    return root
+
+
+@pytest.fixture
+def root(healthy, tmp_path) -> Path:
+    shutil.copytree(healthy, tmp_path / "reference")
+    return tmp_path / "reference"
+
+
+def _marks(f) -> str:
+    return "".join(p.mark for p in f.parts if not p.control)
+
+
+def test_healthy_numbers_show_every_part(healthy):
+    ref = Reference(healthy)
+    i3, i4 = fixes.i3(ref), fixes.i4(ref)
+    assert not i3.missing and not i4.missing
+    assert (_marks(i3), _marks(i4)) == ("✓✓", "✓✓✓✓")
+    assert i3.verdict == i4.verdict == "yes"
+
+
+def test_a_peri_stream_that_grows_as_much_as_pre_lns_refutes_i3a(root):
+    write_peri(root, growth=GROWTH["Pre-LN"])
+    i3 = fixes.i3(Reference(root))
+    assert _marks(i3) == "✗✓" and i3.verdict == "partly"
+
+
+def test_a_worse_peri_ln_refutes_i3b(root):
+    write_peri(root, lr_losses=tuple(x + 0.3 for x in PERI_LR))
+    assert _marks(fixes.i3(Reference(root))) == "✓✗"
+
+
+def test_a_best_at_the_grids_edge_is_not_judged_and_place_best_is_not_read(root):
+    write_peri(root, lr_losses=(2.0, 2.3, 2.08, 2.2, 2.6))  # best at 3e-4, the lowest rate
+    shutil.rmtree(root / "scale/place_best")
+    i3 = fixes.i3(Reference(root))
+    assert not i3.missing and _marks(i3) == "??" and "open edge" in i3.parts[0].why
+
+
+def test_missing_seeds_at_the_best_rate_are_named(root):
+    shutil.rmtree(root / "scale/place_best" / "Peri-LN,seed=2")
+    i3 = fixes.i3(Reference(root))
+    assert i3.verdict == "not run" and any("place_best" in m and "seed 2" in m for m in i3.missing)
+
+
+def test_deepnorm_training_at_no_more_rates_refutes_i4a(root):
+    write_deep(root, lr_table={**DEEP_LR, ("DeepNorm", 50): (2.55, 2.3, 2.2, 3.1, INF)})
+    i4 = fixes.i4(Reference(root))
+    assert _marks(i4)[0] == "✗" and i4.verdict == "partly"
+    assert fixes.trains_count(fixes.Grid(Reference(root).below("scale"), i4, "DeepNorm", "deep_lr",
+                                         dict(fixes.DEEP, warmup_steps=50), RATE_GRID,
+                                         INSTABILITY_SEEDS)) == {0: 2, 1: 2, 2: 2}
+
+
+def test_deepnorm_that_needs_warmup_refutes_i4c(root):
+    write_deep(root, lr_table={**DEEP_LR, ("DeepNorm", 0): (2.45, 3.1, 3.1, INF, INF)})
+    assert _marks(fixes.i4(Reference(root)))[2] == "✗"
+
+
+def test_no_gain_at_depth_refutes_i4d(root):
+    write_deep(root, depth={**DEEP_DEPTH_LOSS, "Post-LN": (2.3, 2.15, 2.2)})
+    assert _marks(fixes.i4(Reference(root)))[3] == "✗"
+
+
+def test_an_absent_deep_depth_run_is_named(root):
+    shutil.rmtree(root / "scale/deep_depth" / f"DeepNorm,lr={DEEP_DEPTH_RATES[0]},seed=1")
+    i4 = fixes.i4(Reference(root))
+    assert i4.verdict == "not run" and any("deep_depth" in m and "seed 1" in m for m in i4.missing)
