@@ -12,7 +12,7 @@ from pathlib import Path
 
 from trainer.atomic import write_text
 from trainer.findings import (batch, core, depth, dynamics, extra, history, inference,
-                              fixes, instability, ln, lr, recipes, replication, stream)
+                              collapse, fixes, instability, ln, lr, recipes, replication, stream)
 from trainer.findings.claim import VERDICTS, Finding
 from trainer.findings.reference import EXTRA, Reference
 from trainer.findings.thresholds import SETTINGS
@@ -276,12 +276,13 @@ def _scale_section(ref) -> list[str]:
     sub-sweeps under ``scale/``; "not run yet" until their runs are committed."""
     if ref.setting != "reference":
         return []
-    found = [claim(ref) for claim in (*instability.CLAIMS, *fixes.CLAIMS)]
+    found = [claim(ref) for claim in (*instability.CLAIMS, *fixes.CLAIMS, *collapse.CLAIMS)]
     lines = ["", "## Instabilities and their fixes (pre-registration 3)", "",
              f"Claims fixed in [pre-registration 3]({Path(PREREGISTRATION_3).name}) before any of "
              "their runs, judged by the same statistics rule on sub-sweeps of "
              f"`results/{ref.root.name}/{instability.SCALE}/` (`configs/sweeps/scale/`); "
-             "`trainer/findings/instability.py` (I1, I2) and `fixes.py` (I3, I4) read them.", "",
+             "`trainer/findings/instability.py` (I1, I2), `fixes.py` (I3, I4) and `collapse.py` (I5) "
+             "read them.", "",
              "| id | claim | verdict | it would have been false if |", "|---|---|---|---|"]
     lines += [f"| [{f.id}](#{f.id.lower()}) | {_cell(f.claim)} | {VERDICTS[f.verdict]} | "
               f"{_cell(f.falsifier)} |" for f in found]

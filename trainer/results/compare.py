@@ -162,10 +162,11 @@ def compare_summaries(orig: dict, new: dict, cmp: Comparison) -> Comparison:
     return cmp
 
 
-def compare_curves(orig: Run, new: Run, cmp: Comparison) -> Comparison:
-    """Compare every curve point by point into ``cmp``; only a curve's first difference beyond
-    the tolerance is kept (the rest of a drifting curve is a consequence of it)."""
-    for group in rundir.CURVES:
+def compare_curves(orig: Run, new: Run, cmp: Comparison, groups=rundir.CURVES) -> Comparison:
+    """Compare every curve of ``groups`` point by point into ``cmp``; only a curve's first
+    difference beyond the tolerance is kept (the rest of a drifting curve is a consequence of
+    it)."""
+    for group in groups:
         a, b = getattr(orig, group), getattr(new, group)
         for tag in sorted((set(a) | set(b)) - set(WALL_CLOCK) - new_probes(a, b)):
             name = f"{group}/{tag}"
@@ -258,15 +259,19 @@ def verdict(cmp: Comparison, why: list[str]) -> dict:
             "curves": cmp.curves, "unequal": cmp.unequal}
 
 
-def compare_runs(original: Run, new: Run, steps: int, strict: bool = False
-                 ) -> tuple[Comparison, list[str]]:
+def compare_runs(original: Run, new: Run, steps: int, strict: bool = False,
+                 train_only: bool = False) -> tuple[Comparison, list[str]]:
     """Compare ``new``, a rerun of ``original`` (``steps`` optimizer steps long), under the rule:
     identity when nothing differs (``expectation`` is empty) or ``strict``, else the tolerance.
+    ``train_only``: the training curves alone (a rerun that evaluates at other steps).
     Returns the comparison (its differences summary first, then by step) and the reasons."""
     why = expectation(original.meta, new.meta)
     if strict:
         why = [*why, "--strict"] if why else why
     cmp = Comparison(tolerances(steps), exact=strict or not why)
-    compare_curves(original, new, compare_summaries(original.summary, new.summary, cmp))
+    if train_only:
+        compare_curves(original, new, cmp, (rundir.TRAIN,))
+    else:
+        compare_curves(original, new, compare_summaries(original.summary, new.summary, cmp))
     cmp.diffs.sort(key=lambda d: (not d.where.startswith("summary"), d.step or 0))
     return cmp, why
