@@ -140,10 +140,13 @@ PART_FLIPS = {
     ("F12", 0): FLIPS["F12"][0],
     ("F12", 1): changing("stream", lambda k: k[:2] == ("true", "false"),
                          acc={b: 0.98 - F.IDENTITY_DROP / 2 for b in range(-1, 6)}),
-    # above bigram, yet not worse than a Pre-LN that is no better
+    # every α₀ above bigram (the chosen one, 0.5, yet not worse than a Pre-LN that is no
+    # better); α₀ 1.0 stays at the plateau, saturated, so the saturation part still shows
     ("F14", 0): combine(changing("dyt_recipe", lambda k: k[0] == 0.5, loss=2.56),
+                        changing("dyt_recipe", lambda k: k[0] == 0.2, loss=2.6),
                         changing("best", lambda k: k[0] == LN, loss=2.58)),
-    ("F14", 1): changing("dyt_recipe", lambda k: k[0] == 0.5, loss=2.1 + 2 * F.NULL_MARGIN),
+    ("F14", 1): combine(changing("dyt_recipe", lambda k: k[0] == 0.5, loss=2.1 + 2 * F.NULL_MARGIN),
+                        changing("dyt_recipe", lambda k: k[0] == 0.2, loss=2.25)),
     ("F14", 2): FLIPS["F14"][0],
     ("F15", 0): FLIPS["F15"][0],
     ("F15", 1): changing("decode", lambda k: k[0] == "masked_batch",
@@ -174,8 +177,6 @@ INCONCLUSIVE = {
     "F5": changing("lr", lambda k: k[0] == ("none", "true", "pre", 50), loss=PLATEAU),
     # Post-LN trains at no rate even with warm-up: "needs warm-up" cannot be judged
     "F6": changing("lr", lambda k: k[0] == POST, loss=PLATEAU),
-    # every α of DyT's recipe trains: "saturated where it stalls" has nothing to read
-    "F14": changing("dyt_recipe", lambda k: k[0] == 1.0, loss=2.12),
     # Post-LN at the plateau at 2 and 12 blocks: "its gap grows" cannot be judged
     "F11": changing("depth", lambda k: k[0] == ("layer", "true", "post"), loss=PLATEAU),
     # both BNs at the plateau: nothing learned to compare
@@ -231,20 +232,44 @@ def test_f14_reads_the_saturation_peak_over_the_run_not_its_final_value(base, tm
     assert [p.mark for p in got.parts] == ["✓", "✓", "✗"] and got.verdict == "partly"
 
 
-def test_dyt_that_never_trains_reads_no_and_its_saturation_part_cannot_be_judged(base, tmp_path):
+def test_dyt_that_never_trains_is_judged_on_the_alphas_that_stall(base, tmp_path):
+    """Pre-registration 3: the saturation part reads whichever α₀ train or stall; every α₀ at
+    the plateau, 0.2 and 0.5 unsaturated, refutes it."""
     change = changing("dyt_recipe", lambda k: True, loss=PLATEAU)
     got = measured(tmp_path / "reference", change, ["F14"], base=base)["F14"]
-    assert [p.mark for p in got.parts] == ["✗", "✗", "?"] and got.verdict == "no"
-    assert "no α₀ trains" in got.parts[2].why
+    assert [p.mark for p in got.parts] == ["✗", "✗", "✗"] and got.verdict == "no"
 
 
-def test_f14_judges_the_alpha_chosen_on_validation(base, tmp_path):
-    """α₀ 0.2 becomes best on validation and its test loss is worse than Pre-LN's by more than
-    the margin: part (b) now reads α₀ 0.2 and is refuted, though α₀ 0.5 still matches."""
-    change = combine(changing("dyt_recipe_lr", lambda k: k[0] == 0.2, loss=2.0),
-                     changing("dyt_recipe", lambda k: k[0] == 0.2, loss=2.3))
-    got = measured(tmp_path / "reference", change, ["F14"], base=base)["F14"]
+def test_f14s_saturation_part_needs_an_alpha_that_trains_or_stalls():
+    from trainer.findings.stream import _saturation
+
+    shown, why = _saturation({}, {})
+    assert shown is None and "no α₀ trains" in why
+    assert _saturation({}, {1.0: {0: 0.9, 1: 0.95, 2: 0.92}})[0].outcome == "shown"
+    assert _saturation({0.5: {0: 0.9, 1: 0.95, 2: 0.92}}, {})[0].outcome == "refuted"
+
+
+def test_f14_judges_the_alpha_with_the_lowest_mean_validation_loss(base, tmp_path):
+    """Pre-registration 3's rule: α₀ 0.2 has the lowest mean validation loss over the 3 seeds
+    of ``dyt_recipe`` and is worse on test than Pre-LN by more than the margin: part (b) reads
+    α₀ 0.2 and is refuted, though α₀ 0.5 still matches."""
+    change = changing("dyt_recipe", lambda k: k[0] == 0.2, loss=2.05)
+    got = measured(tmp_path / "a" / "reference", change, ["F14"], base=base)["F14"]
+    assert "α₀ = 0.2" in got.parts[1].text and got.parts[1].shown is True
+    change = combine(change, changing("best", lambda k: k[0] == LN, loss=1.9))
+    got = measured(tmp_path / "b" / "reference", change, ["F14"], base=base)["F14"]
     assert "α₀ = 0.2" in got.parts[1].text and got.parts[1].shown is False
+
+
+def test_one_lucky_seed_does_not_choose_f14s_alpha(base, tmp_path):
+    """α₀ 0.2 wins on seed 0 (in ``dyt_recipe_lr``, pre-registration 2's rule, and in
+    ``dyt_recipe``) but loses on the mean of the 3 seeds: α₀ 0.5 is judged."""
+    change = combine(changing("dyt_recipe_lr", lambda k: k[0] == 0.2, loss=2.0),
+                     changing("dyt_recipe", lambda k: k == (0.2, 0), loss=1.9),
+                     changing("dyt_recipe", lambda k: k[0] == 0.2 and k[1] > 0, loss=2.4))
+    got = measured(tmp_path / "reference", change, ["F14"], base=base)["F14"]
+    assert "α₀ = 0.5" in got.parts[1].text
+    assert any("chose 0.2" in x for x in got.lines)
 
 
 def test_pre_ln_needing_warm_up_fails_its_part(base, tmp_path):

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from trainer.atomic import write_text
 from trainer.findings import (batch, core, depth, dynamics, extra, history, inference,
-                              collapse, fixes, instability, ln, lr, recipes, replication, stream)
+                              collapse, fixes, instability, ln, lr, reading, recipes, replication,
+                              stream)
 from trainer.findings.claim import VERDICTS, Finding
 from trainer.findings.reference import EXTRA, Reference
 from trainer.findings.thresholds import SETTINGS
@@ -247,6 +248,7 @@ def render_page(ref, findings, replicated=None) -> str:
     for f in findings:
         lines += _finding(ref, f, history.note(f, archived), replication.across(judged, f.id))
     lines += _scale_section(ref)
+    lines += reading.section(judged) if ref.setting == "reference" else []
     lines += ["", "## Recipes: each method against its source", "",
               "What the lab follows of each variant's source and every deviation, with its "
               "reason (`trainer/findings/recipes.py`).", "", recipes.recipes_table().rstrip("\n")]

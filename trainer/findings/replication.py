@@ -19,6 +19,7 @@ from trainer.findings.reference import Reference
 from trainer.findings.thresholds import HEADLINE_VARIANTS, REPLICATED, REPLICATION_SEEDS, SETTINGS
 from trainer.results import lr_sweep
 from trainer.results.metrics import final_test_loss, interval
+from trainer.results.rule import Paired, paired
 
 ROOT = "replication"  # results/replication/<setting>, beside results/reference
 NOT_IN_DESIGN = "not in this setting's design"
@@ -134,11 +135,58 @@ def lowest(ref: Reference) -> tuple[str, float] | None:
     """The headline variant with the lowest mean test loss at its best rate; None until every
     headline variant has one (a setting's ``best`` lands in parts, and the lowest of the variants
     in so far is not the setting's lowest)."""
+    order = ranked(ref)
+    return None if order is None else order[0]
+
+
+def ranked(ref: Reference) -> list[tuple[str, float]] | None:
+    """Every headline variant with its mean test loss at its best rate, lowest first; None until
+    every one has it."""
     rows = loss_rows(ref)
     if not rows or not all(r["interval"] for r in rows):
         return None
-    mean, name = min((r["interval"].mean, r["name"]) for r in rows)
-    return name, mean
+    return [(name, mean) for mean, name in sorted((r["interval"].mean, r["name"]) for r in rows)]
+
+
+def gap(ref: Reference, a: str, b: str) -> Paired | None:
+    """Variant ``a``'s test loss − ``b``'s at their best rates, paired by seed."""
+    loss = {n: {r.seed: final_test_loss(r) for r in variant_runs(ref, HEADLINE_VARIANTS[n])}
+            for n in (a, b)}
+    return paired(loss[a], loss[b])
+
+
+def _gap_text(p: Paired | None) -> str:
+    if p is None:
+        return "fewer than two paired seeds"
+    side = ("separated" if p.ci.hi < 0 or p.ci.lo > 0 else "not separated")
+    return f"{p.ci.mean:+.3f} (95 % CI {p.ci.lo:+.3f} … {p.ci.hi:+.3f}, {side})"
+
+
+def lowest_lines(refs: dict[str, Reference]) -> list[str]:
+    """"What we found"'s lowest-loss lines (pre-registration 3, section 4): each setting's
+    lowest variant with its paired gap to the next one (separated when the 95 % interval
+    excludes 0), then, for each variant lowest somewhere, its gap to that runner-up in every
+    setting: where the sign flips, the order reverses."""
+    order = {s: ranked(ref) for s, ref in refs.items() if ref.runs}
+    order = {s: o for s, o in order.items() if o and len(o) > 1}
+    if not order:
+        return []
+    pairs = {}
+    cells = []
+    for s, o in order.items():
+        (a, loss), (b, _) = o[0], o[1]
+        pairs.setdefault((a, b), s)
+        cells.append(f"{s} {a} ({loss:.3f}; − {b}: {_gap_text(gap(refs[s], a, b))})")
+    lines = ["- **Lowest test loss at its own best rate**, per setting, with its paired gap to the "
+             "next variant: " + "; ".join(cells) + "."]
+    for (a, b), first in pairs.items():
+        per = {s: gap(refs[s], a, b) for s in order}
+        flips = [s for s, p in per.items() if p is not None and p.ci.mean > 0]
+        lines.append(f"- {a} − {b}, per setting: " + "; ".join(
+            f"{s} {_gap_text(p)}" for s, p in per.items()) + (
+            f". The order reverses in {', '.join(flips)} ({b} lower)" if flips else
+            f". {a} is lower in every setting") + ".")
+    return lines
 
 
 # ---- "What we found" (rules fixed in pre-registration 2) ------------------------------------
@@ -216,9 +264,5 @@ def summary(judged: dict, refs: dict[str, Reference], titles: dict[str, str]) ->
     for g in GROUPS:
         if groups[g]:
             lines.append(f"- {words[g]}: " + "; ".join(groups[g]) + ".")
-    low = [(s, lowest(ref)) for s, ref in refs.items() if ref.runs]
-    low = [f"{s} {name} ({loss:.3f})" for s, found in low if found for name, loss in [found]]
-    if low:
-        lines.append("- **Lowest test loss at its own best rate**, per setting: " + "; ".join(low)
-                     + ".")
+    lines += lowest_lines(refs)
     return lines

@@ -19,25 +19,29 @@ F14 — DyT (γ·tanh(α·x) + β) set up as its authors' LLM code sets it up (p
 results/PREREGISTRATION-REPLICATION.md): a learnable embedding scalar that puts the stream at
 std 1 at init (``EMBED_UNIT_SCALE``) and α₀ the same at every location. Reference setting:
 sub-sweep ``dyt_recipe`` (α₀ ∈ ``DYT_RECIPE_ALPHAS``, each at its best rate from
-``dyt_recipe_lr``, 3 seeds); DyT's best α is the one with the lowest validation loss there. A
+``dyt_recipe_lr``, 3 seeds); DyT's best α is the one with the lowest mean validation loss over
+those 3 seeds (pre-registration 3's rule; pre-registration 2 read seed 0 in ``dyt_recipe_lr``). A
 replication setting: its ``best`` DyT (α₀ = ``DYT_RECIPE_ALPHA``). Parts: (a) it trains: test
 loss at its best α below bigram (threshold); (b) it matches LN, Zhu et al.'s claim: not worse than
 Pre-LN by ``NULL_MARGIN`` (a one-sided null, paired); (c) reference only: every α that trains
 stays below ``SATURATED_MIN`` saturation over the whole run (max over steps and over every DyT:
-attention, FFN, final) and every α at the plateau reaches it (cannot be judged when no α trains
-or none stays at the plateau). The lab's DyT without the recipe (sub-sweep ``dyt``) is shown as
+attention, FFN, final) and every α at the plateau reaches it, judged on whichever α train or
+stall (pre-registration 3; cannot be judged only when none does either). The lab's DyT without the recipe (sub-sweep ``dyt``) is shown as
 context.
 """
+
+import math
 
 from trainer.results.baselines import at_plateau
 from trainer.findings.claim import BASE, Finding, all_of, line
 from trainer.findings.core import GROUP, compare_losses, every_seed
-from trainer.results.metrics import final_probe, final_test_loss, interval, max_probe
+from trainer.results.metrics import final_loss, final_probe, final_test_loss, interval, max_probe
 from trainer.results.rule import compare, not_worse, threshold
 from trainer.findings.reference import Reference, seed_values
 from trainer.telemetry.definitions import SATURATION_X  # F14's probe threshold
 from trainer.rundir import analysis_output
 from trainer.findings.thresholds import (AFFINE_SPREAD_MIN, FLAT_SPREAD_MAX, IDENTITY_DROP, IDENTITY_HIGH,
+                                         MIN_SEEDS,
                                          DYT_RECIPE_ALPHA, DYT_RECIPE_ALPHAS, EMBED_UNIT_SCALE,
                                          LOSS_MARGIN, NULL_MARGIN, SATURATED_MIN)
 
@@ -140,9 +144,10 @@ def dyt_saturation_max(run) -> float | None:
     return None if not xs or None in xs else max(xs)
 
 
-def _best_alpha(ref: Reference, finding) -> float | None:
-    """DyT's best α by its recipe: the lowest validation loss over α at their best rates in
-    ``dyt_recipe_lr`` (a tie goes to the lower α)."""
+def _best_alpha_seed0(ref: Reference, finding) -> float | None:
+    """Pre-registration 2's rule for DyT's α₀: the lowest validation loss over α at their best
+    rates in ``dyt_recipe_lr`` (seed 0; a tie goes to the lower α). Shown on the page as the
+    "before" of pre-registration 3's fix; no verdict reads it."""
     from trainer.results.lr_sweep import lr_variants
 
     runs = ref.select(finding, "dyt_recipe_lr", norm="dyt")
@@ -153,6 +158,22 @@ def _best_alpha(ref: Reference, finding) -> float | None:
         return None
     best = min(curves, key=lambda v: (v.best_loss, float(v.values.get("dyt_alpha", 0))))
     return float(best.runs[0].cfg.model.dyt_alpha)
+
+
+def _best_alpha(ref: Reference, finding) -> float | None:
+    """DyT's α₀ by pre-registration 3's rule (results/PREREGISTRATION-SCALE.md, section 4): the
+    lowest mean validation loss over seeds ``MIN_SEEDS`` of ``dyt_recipe`` (each α at its best
+    rate; a diverged seed makes the mean infinite; a tie goes to the lower α), so that one
+    lucky seed cannot decide it. None while a seed is missing or no α has a finite mean."""
+    means = {}
+    for a in DYT_RECIPE_ALPHAS:
+        runs = ref.per_seed(finding, "dyt_recipe", final_loss, dyt_alpha=a, norm="dyt",
+                            embed_scale=EMBED_UNIT_SCALE, **BASE)
+        losses = [runs.get(s) for s in range(MIN_SEEDS)]
+        if None not in losses:
+            means[a] = sum(losses) / len(losses)
+    finite = [(m, a) for a, m in means.items() if math.isfinite(m)]
+    return min(finite)[1] if finite else None
 
 
 def f14(ref) -> Finding:
@@ -175,6 +196,8 @@ def f14(ref) -> Finding:
     pre_ln = ref.per_seed(f, GROUP, final_test_loss, norm="layer", warmup_steps=50, **BASE)
     chosen = _best_alpha(ref, f) if here else DYT_RECIPE_ALPHA
     base = ref.baselines(group)
+    if chosen is None and not f.missing:
+        f.missing.append("dyt_recipe: a finite mean validation loss for some α₀")
     if base is None:
         f.missing.append(f"{group}/baselines.json with the test split")
     if f.missing:
@@ -189,7 +212,11 @@ def f14(ref) -> Finding:
                     line(f"α₀ = {a}, largest saturation over the run", sat[a])]
     f.lines.append(line("Pre-LN, final test loss", pre_ln))
     if here:
-        f.lines.append(f"DyT's best α₀ on validation (`dyt_recipe_lr`): {chosen:g}")
+        before = _best_alpha_seed0(ref, Finding("", "", "", ""))
+        f.lines.append(f"DyT's α₀: {chosen:g}, the lowest mean validation loss over seeds "
+                       f"0–{MIN_SEEDS - 1} in `dyt_recipe` (pre-registration 3's rule, a "
+                       f"re-reading of the same runs); pre-registration 2's rule, seed 0's "
+                       f"validation in `dyt_recipe_lr`, chose {before:g}")
         old = Finding("", "", "", "")  # context: the lab's DyT without the recipe
         for a in DYT_ALPHAS:
             was = ref.per_seed(old, "dyt", final_test_loss, dyt_alpha=a)
@@ -205,14 +232,19 @@ def f14(ref) -> Finding:
     plateau = [a for a in alphas if at_plateau(interval(loss[a].values()).mean, base)]
     f.lines.append(f"below bigram: α₀ ∈ {{{', '.join(map(str, trains))}}}; at the unigram "
                    f"plateau: α₀ ∈ {{{', '.join(map(str, plateau))}}}")
-    if not trains or not plateau:
-        f.evidence("saturated where it stalls, unsaturated where it trains", None,
-                   "no α₀ trains" if not trains else "no α₀ stays at the plateau")
-    else:
-        f.evidence("saturated where it stalls, unsaturated where it trains", all_of(
-            *(threshold(sat[a], SATURATED_MIN, "below") for a in trains),
-            *(threshold(sat[a], SATURATED_MIN, "above") for a in plateau)))
+    f.evidence("saturated where it stalls, unsaturated where it trains", *_saturation(
+        {a: sat[a] for a in trains}, {a: sat[a] for a in plateau}))
     return f
+
+
+def _saturation(trains: dict, plateau: dict) -> tuple:
+    """F14's saturation part by its own falsifier (pre-registration 3, section 4): refuted by an
+    α₀ that trains reaching ``SATURATED_MIN`` or one at the plateau not reaching it, judged on
+    whichever α₀ train or stall (cannot be judged only when none does either)."""
+    if not trains and not plateau:
+        return None, "no α₀ trains and none stays at the plateau"
+    return (all_of(*(threshold(x, SATURATED_MIN, "below") for x in trains.values()),
+                   *(threshold(x, SATURATED_MIN, "above") for x in plateau.values())),)
 
 
 CLAIMS = (f10, f12, f14)
