@@ -9,3 +9,10 @@ while [[ $# -gt 0 ]]; do
 done
 if [[ ${#args[@]} -eq 0 ]]; then args=(--parallel 2); fi
 if [[ ${#parts[@]} -eq 0 ]]; then parts=("${all_parts[@]}"); fi
+# Every named part is checked before the first one runs (a typo must not surface hours later).
+for part in "${parts[@]}"; do
+  if [[ " ${all_parts[*]} " != *" $part "* ]]; then
+    echo "error: unknown part '$part' (parts: ${all_parts[*]})" >&2
+    exit 2
+  fi
+done

@@ -11,6 +11,13 @@ package's ``thresholds`` imports them under the same names.
   ``depth`` (F11), ``ln`` (F13), ``inference`` (F15-F19): one function per claim (F13's and
   F18's numbers from ``analyze ln-numbers`` and ``ln-epsilon``: the page needs no TensorFlow);
 - ``instability``: pre-registration 3's I1 (QK-norm) and I2 (z-loss) on ``scale/inst_lr``;
+  ``fixes``: its I3 (Peri-LN) and I4 (DeepNorm); ``collapse``: its I5 (which instrument moves
+  first in Post-LN's warm-up collapse; also lists and launches the reruns it needs);
+  ``reading``: the independent reading's fixes, each a before → after;
+- ``ladder``: pre-registration 3's model-size ladder, each rung's runs of each variant;
+  ``ladder_trends``: every headline claim's statistic per rung, its slope over log2 width, where
+  its verdict changes, each variant's best rate and LR sensitivity against width;
+  ``ladder_page``: its page section; ``ladder_figures``: its two figures;
 - ``lr``: the learning-rate table (best rate and sensitivity per variant);
 - ``page``: results/README.md; ``figures``, ``figures_best``: the claims' own figures;
   ``history``: each verdict against the archived page's, with the reason it changed;

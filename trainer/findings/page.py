@@ -15,6 +15,7 @@ from trainer.findings import (batch, core, depth, dynamics, extra, history, infe
                               collapse, fixes, instability, ln, lr, reading, recipes, replication,
                               stream)
 from trainer.findings.claim import VERDICTS, Finding
+from trainer.findings.ladder_page import PLOTS as LADDER_PLOTS, ladder_section
 from trainer.findings.reference import EXTRA, Reference
 from trainer.findings.thresholds import SETTINGS
 from trainer.results import baselines as bl
@@ -60,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
 
     write_claim_figures(ref)
     write_headline(replication.settings(ref), root.parent / HEADLINE_FIGURE)
+    from trainer.findings.ladder import Ladder
+    from trainer.findings.ladder_figures import write_ladder_figures
+
+    write_ladder_figures(Ladder(ref), root.parent / LADDER_PLOTS)
     text, _ = compose(ref)
     write_text(root.parent / "README.md", text)
     print(text)
@@ -248,6 +253,7 @@ def render_page(ref, findings, replicated=None) -> str:
     for f in findings:
         lines += _finding(ref, f, history.note(f, archived), replication.across(judged, f.id))
     lines += _scale_section(ref)
+    lines += ladder_section(ref, replicated[0] if replicated is not None else None)
     lines += reading.section(judged) if ref.setting == "reference" else []
     lines += ["", "## Recipes: each method against its source", "",
               "What the lab follows of each variant's source and every deviation, with its "
