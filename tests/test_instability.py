@@ -53,7 +53,9 @@ def write_reference(root: Path) -> None:
                 value = loss + 0.01 * seed
                 run = group / f"{name},lr={lr},seed={seed}"
                 write_run(run, [*_overrides(name), f"train.lr={lr}", f"train.seed={seed}"],
-                          _summary(name, lr, seed, value), {},
+                          _summary(name, lr, seed, value),
+                          {0: {"output/log_z_mean": 5.5},
+                           STEPS: {} if math.isinf(value) else {"output/log_z_mean": LOG_Z[name][0]}},
                           {0: {"loss": INIT_LOSS}, STEPS: {} if math.isinf(value) else {"loss": value}})
                 if name == "Pre-LN" and seed == 0 and lr in RATE_GRID:  # the control's originals
                     shutil.copytree(run, root / "lr" / f"pre,lr={lr}")
@@ -137,3 +139,22 @@ def test_a_missing_run_is_named_and_nothing_is_judged(healthy, tmp_path):
     i1 = instability.i1(Reference(root))
     assert i1.verdict == "not run" and any("lr 0.3 seed 2" in m for m in i1.missing)
     assert instability.i2(Reference(root)).verdict == "yes"  # I2 reads no QK-norm run
+
+
+def test_the_figures_draw_only_a_complete_grid(healthy, tmp_path):
+    from trainer.findings import figures_scale
+
+    ref = Reference(healthy)
+    fig = figures_scale.max_logit_vs_rate(ref)
+    lines = {line.get_label(): line.get_ydata() for line in fig.axes[0].get_lines()}
+    assert set(lines) >= set(instability.VARIANTS)
+    top = list(INSTABILITY_GRID).index(R_TOP)
+    assert lines["Pre-LN"][top] == pytest.approx(100.0) and lines["QK-norm"][top] == pytest.approx(8.0)
+    fig = figures_scale.log_z_at_top(ref)
+    drawn = {line.get_label(): line.get_ydata() for line in fig.axes[0].get_lines()}
+    assert list(drawn["Pre-LN"]) == [5.5, LOG_Z["Pre-LN"][0]]
+    assert list(drawn["z-loss"]) == [5.5, LOG_Z["z-loss"][0]]
+    root = _copy(healthy, tmp_path)
+    shutil.rmtree(root / "scale/inst_lr" / "QK-norm,lr=0.3,seed=2")
+    assert figures_scale.max_logit_vs_rate(Reference(root)) is None
+    assert figures_scale.log_z_at_top(Reference(root)) is not None  # reads no QK-norm run

@@ -19,7 +19,8 @@ package's ``thresholds`` imports them under the same names.
   its verdict changes, each variant's best rate and LR sensitivity against width;
   ``ladder_page``: its page section; ``ladder_figures``: its two figures;
 - ``lr``: the learning-rate table (best rate and sensitivity per variant);
-- ``page``: results/README.md; ``figures``, ``figures_best``: the claims' own figures;
+- ``page``: results/README.md; ``figures``, ``figures_best``, ``figures_scale``: the claims'
+  own figures;
   ``history``: each verdict against the archived page's, with the reason it changed;
 - ``recipes``: each variant against its source paper and code, the lab's deviations and why;
 - ``replication``: the claims judged in every setting of pre-registration 2, the claim ×

@@ -29,7 +29,7 @@ import math
 from pathlib import Path
 
 from trainer.atomic import save_figure, subplots
-from trainer.findings import figures_best
+from trainer.findings import figures_best, figures_scale
 from trainer.findings.core import GROUP
 from trainer.findings.figures_best import baseline_lines, figure, seeds_and_interval
 from trainer.findings.thresholds import EMBED_UNIT_SCALE, SATURATED_MIN
@@ -272,7 +272,7 @@ FIGURES = {f"{GROUP}/plots/collapse_by_depth.png": collapse_by_depth,
            "depth/plots/loss_by_depth.png": loss_by_depth,
            "dyt/plots/saturation.png": saturation_by_alpha,
            "dyt_recipe/plots/saturation.png": dyt_recipe_saturation,
-           **figures_best.FIGURES}
+           **figures_best.FIGURES, **figures_scale.FIGURES}
 
 
 def write_claim_figures(ref) -> list[Path]:

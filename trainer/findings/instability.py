@@ -38,6 +38,7 @@ VARIANTS = {"Pre-LN": dict(qk_norm="none", z_loss=0.0),
             "QK-norm": dict(qk_norm="layer", z_loss=0.0),
             "z-loss": dict(qk_norm="none", z_loss=1e-4)}
 MAX_LOGIT, LOG_Z = "max_logit", "output/log_z_mean"
+PLOTS = f"{SCALE}/{GROUP}/plots"  # I1's and I2's figures (``figures_scale``)
 
 
 def max_logit(run) -> float | None:
@@ -153,7 +154,8 @@ def i1(ref: Reference) -> Finding:
                 loss at {R_TOP:g}, LR sensitivity per seed, test loss at each one's best rate""",
                 f"""Pre-LN's max logit at {R_TOP:g} under {LOGIT_FACTOR:g}× its own at its best
                 rate or under {LOGIT_FACTOR:g}× QK-norm's; Pre-LN no worse at {R_TOP:g}; QK-norm
-                as sensitive; or QK-norm worse at its best""")
+                as sensitive; or QK-norm worse at its best""",
+                plot=f"{PLOTS}/max_logit_vs_rate.png")
     grids = _grids(ref, f, "QK-norm")
     if grids is None:
         return f
@@ -186,7 +188,8 @@ def i2(ref: Reference) -> Finding:
                 rate, log Z drift and validation loss at {R_TOP:g}, test loss at each one's
                 best""",
                 f"""Pre-LN's final |log Z| or its drift at {R_TOP:g} not {LOGZ_MARGIN:g} nats
-                above z-loss's; Pre-LN no worse at {R_TOP:g}; or z-loss worse at its best""")
+                above z-loss's; Pre-LN no worse at {R_TOP:g}; or z-loss worse at its best""",
+                plot=f"{PLOTS}/log_z_at_top.png")
     grids = _grids(ref, f, "z-loss")
     if grids is None:
         return f
