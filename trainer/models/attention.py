@@ -108,6 +108,8 @@ class CachedAttention(keras.layers.MultiHeadAttention):
         With ``cache`` (B, 2, L, heads, head_dim), keys and values of positions 0..L-1, and
         ``positions`` (B, S) int, the absolute position of each row's S new tokens in ``query``
         (B, S, C): returns (output (B, S, C), the cache with the new keys/values written).
+        ``cache`` may also be a (keys, values) pair, (B, L, heads, head_dim) each: the updated
+        pair is returned, nothing stacked (the compiled token loop carries its cache so).
         Positions of a row must be distinct and < L; cached entries past a token's own position
         are never attended to, so what they hold does not matter.
         """
@@ -149,14 +151,16 @@ class CachedAttention(keras.layers.MultiHeadAttention):
         def write(stored, new):  # (B, L, N, H) <- (B, S, N, H) at each row's positions
             return ops.scatter_update(stored, index, ops.reshape(new, (-1, *new.shape[2:])))
 
+        split = isinstance(cache, (tuple, list))  # the token loop's (keys, values) per layer
+        stored_keys, stored_values = cache if split else (cache[:, 0], cache[:, 1])
         q, new_keys = self._normalize_qk(q, self._key_dense(value))
-        keys = write(cache[:, 0], new_keys)
-        values = write(cache[:, 1], self._value_dense(value))
-        length = ops.shape(cache)[2]
+        keys = write(stored_keys, new_keys)
+        values = write(stored_values, self._value_dense(value))
+        length = ops.shape(stored_keys)[1]
         visible = ops.arange(length)[None, None, :] <= positions[:, :, None]  # (B, S, L)
         out, _ = self._compute_attention(q, keys, values, attention_mask=visible,
                                          training=training)
-        return self._output_dense(out), ops.stack([keys, values], axis=1)
+        return self._output_dense(out), (keys, values) if split else ops.stack([keys, values], 1)
 
     def get_config(self):
         return {**super().get_config(), "qk_norm": str(self.qk_norm),
