@@ -66,6 +66,23 @@ def attention_stats(logits, probs, query_mask):
             "entropy": ops.sum(entropy * w) / count}
 
 
+def _fused_projections(denses, x) -> list:
+    """The query, key and value ``EinsumDense`` layers ("abc,cde->abde", bias "de") of the same
+    ``x`` (B, S, C), as ``Dense`` computes: one matmul by their kernels side by side (C, 3*N*H),
+    plus their biases; split into (B, S, N, H) each. The same sums: on the CPU, XLA turns each
+    einsum's small dot into an elementwise loop that recomputes the norm before it for every
+    weight it reads, a third of a token-loop step at batch 1; a matmul followed by its bias is
+    one matrix-vector kernel. (In a ``tf.while_loop`` XLA concatenates the kernels once, outside
+    the loop: they do not change from step to step.)"""
+    kernel = ops.concatenate([ops.reshape(d.kernel, (d.kernel.shape[0], -1)) for d in denses], 1)
+    y = ops.matmul(x, ops.cast(kernel, x.dtype))
+    if denses[0].bias is not None:
+        y = ops.add(y, ops.cast(ops.concatenate([ops.reshape(d.bias, (-1,)) for d in denses]),
+                                y.dtype))
+    heads = tuple(denses[0].kernel.shape[1:])
+    return [ops.reshape(part, (*ops.shape(x)[:-1], *heads)) for part in ops.split(y, 3, -1)]
+
+
 @keras.saving.register_keras_serializable(package="trainer")
 class CachedAttention(keras.layers.MultiHeadAttention):
     """keras ``MultiHeadAttention`` plus QK-norm, the instruments and a cached decoding path.
@@ -108,6 +125,8 @@ class CachedAttention(keras.layers.MultiHeadAttention):
         With ``cache`` (B, 2, L, heads, head_dim), keys and values of positions 0..L-1, and
         ``positions`` (B, S) int, the absolute position of each row's S new tokens in ``query``
         (B, S, C): returns (output (B, S, C), the cache with the new keys/values written).
+        ``cache`` may also be a (keys, values) pair, (B, L, heads, head_dim) each: the updated
+        pair is returned, nothing stacked (the compiled token loop carries its cache so).
         Positions of a row must be distinct and < L; cached entries past a token's own position
         are never attended to, so what they hold does not matter.
         """
@@ -142,21 +161,27 @@ class CachedAttention(keras.layers.MultiHeadAttention):
         return tf.einsum("BNTS,BSNH->BTNH", dropped, v, optimize="optimal"), logits, probs
 
     def _decode(self, query, value, cache, positions, training):
-        q = self._query_dense(query)  # (B, S, N, H)
+        split = isinstance(cache, (tuple, list))  # the token loop's (keys, values) per layer
+        if split and query is value:  # self-attention in the token loop: one matmul
+            q, k, v = _fused_projections(
+                (self._query_dense, self._key_dense, self._value_dense), query)
+        else:  # (B, S, N, H) each
+            q, k, v = self._query_dense(query), self._key_dense(value), self._value_dense(value)
         rows = ops.broadcast_to(ops.arange(ops.shape(positions)[0])[:, None], ops.shape(positions))
         index = ops.reshape(ops.stack([rows, positions], axis=-1), (-1, 2))  # (B*S, [row, pos])
 
         def write(stored, new):  # (B, L, N, H) <- (B, S, N, H) at each row's positions
             return ops.scatter_update(stored, index, ops.reshape(new, (-1, *new.shape[2:])))
 
-        q, new_keys = self._normalize_qk(q, self._key_dense(value))
-        keys = write(cache[:, 0], new_keys)
-        values = write(cache[:, 1], self._value_dense(value))
-        length = ops.shape(cache)[2]
+        stored_keys, stored_values = cache if split else (cache[:, 0], cache[:, 1])
+        q, new_keys = self._normalize_qk(q, k)
+        keys = write(stored_keys, new_keys)
+        values = write(stored_values, v)
+        length = ops.shape(stored_keys)[1]
         visible = ops.arange(length)[None, None, :] <= positions[:, :, None]  # (B, S, L)
         out, _ = self._compute_attention(q, keys, values, attention_mask=visible,
                                          training=training)
-        return self._output_dense(out), ops.stack([keys, values], axis=1)
+        return self._output_dense(out), (keys, values) if split else ops.stack([keys, values], 1)
 
     def get_config(self):
         return {**super().get_config(), "qk_norm": str(self.qk_norm),

@@ -257,7 +257,7 @@ class Block(keras.layers.Layer):
         probe), and the attention instruments (``attention.attention_stats``).
         With ``cache`` = (key/value cache (B, 2, L, heads, head_dim), positions (B, T)) it
         decodes: x holds only the new tokens, and the updated cache is returned beside the
-        output (``CachedAttention``).
+        output (``CachedAttention``; the cache may also be a (keys, values) pair).
         """
         place = PLACEMENTS[self.config.placement]
         gates = (getattr(self, "attention_gate", None), getattr(self, "ffn_gate", None))

@@ -87,7 +87,7 @@ def token_loop(model, cache, rows: dict, keys, refill, stop_id, temperature: flo
                top_k: int, record_logits: bool, top: int) -> dict:
     """Decode every active row until all are done (or, with ``refill`` true, until one is).
 
-    Each step reads and rewrites the whole cache it is given, so its time grows with the cache's
+    Each step attends over the whole cache it is given, so its time grows with the cache's
     length: while every active row's position is below a length of ``segments``, the steps run
     on the cache's first positions alone (the others are never attended to before then). Each
     length is one more copy of the model in the program (compile time grows with it); lengths
@@ -122,7 +122,10 @@ def token_loop(model, cache, rows: dict, keys, refill, stop_id, temperature: flo
     if record_logits:
         state += (tf.zeros((batch, length, model.vocab_size)),)
     for size in segments(length, top):
-        part, state = _segment(model, cache[:, :, :, :size], state, refill, sample)
+        part = cache[:, :, :, :size]  # the steps carry each layer's keys and values apart
+        layers = [(part[:, i, 0], part[:, i, 1]) for i in range(part.shape[1])]
+        layers, state = _segment(model, layers, state, refill, sample)
+        part = tf.stack([tf.stack(kv, axis=1) for kv in layers], axis=1)
         cache = part if size == length else tf.concat([part, cache[:, :, :, size:]], axis=3)
     names = ("t", "last", "position", "budget", "count", "active", "fed", "freed", "tokens",
              "logits")
@@ -131,11 +134,12 @@ def token_loop(model, cache, rows: dict, keys, refill, stop_id, temperature: flo
     return {**out, "cache": cache}
 
 
-def _segment(model, cache, state: tuple, refill, sample: tuple):
-    """``token_loop``'s steps on ``cache`` of length S while every active row's position is
-    below S: (that cache, the loop state)."""
+def _segment(model, cache: list, state: tuple, refill, sample: tuple):
+    """``token_loop``'s steps on ``cache``, per layer a (keys, values) pair of length S, while
+    every active row's position is below S: (that cache, the loop state). Carried per layer, a
+    step rewrites only the positions it writes, in place, not a restacked copy of the cache."""
     keys, stop_id, temperature, top_k, record_logits = sample
-    size, length = cache.shape[3], state[8].shape[1]
+    size, length = cache[0][0].shape[1], state[8].shape[1]
     columns = tf.range(length)[None]  # (1, L)
 
     def body(cache, t, last, position, budget, count, active, fed, freed, tokens, *logits_out):

@@ -85,6 +85,9 @@ class CausalLM(keras.Model):
         holding the keys/values of earlier positions and ``positions`` (B, T) the absolute
         position of each new token, only the new tokens are computed and (logits, updated
         cache) is returned. Decoding runs in inference mode only (``DECODE_NEEDS_INFERENCE``).
+        ``cache`` may also be a list of per-layer (keys, values) pairs, (B, max_len or fewer
+        positions, heads, head_dim) each, updated and returned as such (``decode_loop``'s token
+        loop: each step then writes its layer's pair, with no restacking of the whole cache).
         """
         if cache is not None:
             if training:
@@ -110,12 +113,14 @@ class CausalLM(keras.Model):
         statistics of the tokens fed (with dropout 0 nothing else changes), and undoing the
         running-statistics updates is the caller's job (``telemetry.probes.frozen_state``)."""
         x = self._embed(tokens, positions)  # (B, T, C)
+        layered = isinstance(cache, (tuple, list))  # per-layer (keys, values): nothing stacked
         kv = []
         for i, block in enumerate(self.blocks):
-            x, block_kv = block(x, training=training, cache=(cache[:, i], positions))
+            layer = cache[i] if layered else cache[:, i]
+            x, block_kv = block(x, training=training, cache=(layer, positions))
             kv.append(block_kv)
         x = self.final_norm(x, training=training)
-        return self.head(ops.cast(x, "float32")), ops.stack(kv, axis=1)
+        return self.head(ops.cast(x, "float32")), kv if layered else ops.stack(kv, axis=1)
 
     def _embed(self, tokens, positions):
         """The residual stream's input (B, T, C): token + position embeddings (positions (B or
