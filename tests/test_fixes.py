@@ -100,34 +100,30 @@ def root(healthy, tmp_path) -> Path:
     return tmp_path / "reference"
 
 
-def _marks(f) -> str:
-    return "".join(p.mark for p in f.parts if not p.control)
-
-
 def test_healthy_numbers_show_every_part(healthy):
     ref = Reference(healthy)
     i3, i4 = fixes.i3(ref), fixes.i4(ref)
     assert not i3.missing and not i4.missing
-    assert (_marks(i3), _marks(i4)) == ("✓✓", "✓✓✓✓")
+    assert (i3.marks, i4.marks) == ("✓✓", "✓✓✓✓")
     assert i3.verdict == i4.verdict == "yes"
 
 
 def test_a_peri_stream_that_grows_as_much_as_pre_lns_refutes_i3a(root):
     write_peri(root, growth=GROWTH["Pre-LN"])
     i3 = fixes.i3(Reference(root))
-    assert _marks(i3) == "✗✓" and i3.verdict == "partly"
+    assert i3.marks == "✗✓" and i3.verdict == "partly"
 
 
 def test_a_worse_peri_ln_refutes_i3b(root):
     write_peri(root, lr_losses=tuple(x + 0.3 for x in PERI_LR))
-    assert _marks(fixes.i3(Reference(root))) == "✓✗"
+    assert fixes.i3(Reference(root)).marks == "✓✗"
 
 
 def test_a_best_at_the_grids_edge_is_not_judged_and_place_best_is_not_read(root):
     write_peri(root, lr_losses=(2.0, 2.3, 2.08, 2.2, 2.6))  # best at 3e-4, the lowest rate
     shutil.rmtree(root / "scale/place_best")
     i3 = fixes.i3(Reference(root))
-    assert not i3.missing and _marks(i3) == "??" and "open edge" in i3.parts[0].why
+    assert not i3.missing and i3.marks == "??" and "open edge" in i3.parts[0].why
 
 
 def test_missing_seeds_at_the_best_rate_are_named(root):
@@ -139,7 +135,7 @@ def test_missing_seeds_at_the_best_rate_are_named(root):
 def test_deepnorm_training_at_no_more_rates_refutes_i4a(root):
     write_deep(root, lr_table={**DEEP_LR, ("DeepNorm", 50): (2.55, 2.3, 2.2, 3.1, INF)})
     i4 = fixes.i4(Reference(root))
-    assert _marks(i4)[0] == "✗" and i4.verdict == "partly"
+    assert i4.marks[0] == "✗" and i4.verdict == "partly"
     assert fixes.trains_count(fixes.Grid(Reference(root).below("scale"), i4, "DeepNorm", "deep_lr",
                                          dict(fixes.DEEP, warmup_steps=50), RATE_GRID,
                                          INSTABILITY_SEEDS)) == {0: 2, 1: 2, 2: 2}
@@ -147,12 +143,12 @@ def test_deepnorm_training_at_no_more_rates_refutes_i4a(root):
 
 def test_deepnorm_that_needs_warmup_refutes_i4c(root):
     write_deep(root, lr_table={**DEEP_LR, ("DeepNorm", 0): (2.45, 3.1, 3.1, INF, INF)})
-    assert _marks(fixes.i4(Reference(root)))[2] == "✗"
+    assert fixes.i4(Reference(root)).marks[2] == "✗"
 
 
 def test_no_gain_at_depth_refutes_i4d(root):
     write_deep(root, depth={**DEEP_DEPTH_LOSS, "Post-LN": (2.3, 2.15, 2.2)})
-    assert _marks(fixes.i4(Reference(root)))[3] == "✗"
+    assert fixes.i4(Reference(root)).marks[3] == "✗"
 
 
 def test_an_absent_deep_depth_run_is_named(root):

@@ -81,15 +81,11 @@ def _edit(run: Path, **summary) -> None:
     (run / "summary.json").write_text(json.dumps(data))
 
 
-def _marks(f) -> str:
-    return "".join(p.mark for p in f.parts if not p.control)
-
-
 def test_healthy_numbers_show_every_part_and_the_control_holds(healthy):
     ref = Reference(healthy)
     i1, i2 = instability.i1(ref), instability.i2(ref)
     assert not i1.missing and not i2.missing
-    assert (_marks(i1), _marks(i2)) == ("✓✓✓✓✓", "✓✓✓✓")
+    assert (i1.marks, i2.marks) == ("✓✓✓✓✓", "✓✓✓✓")
     assert [p.shown for p in i1.parts if p.control] == [True]
     assert i1.verdict == i2.verdict == "yes"
     text = render_page(ref, [])
@@ -103,7 +99,7 @@ def test_logits_that_do_not_grow_refute_i1a(healthy, tmp_path):
               instruments_max={"attention/block_0/max_logit": 10.0,
                                  "attention/block_1/max_logit": 5.0})
     i1 = instability.i1(Reference(root))
-    assert _marks(i1)[:2] == "✗✗" and i1.verdict == "partly"
+    assert i1.marks[:2] == "✗✗" and i1.verdict == "partly"
 
 
 def test_log_z_near_zero_without_the_z_loss_refutes_i2a(healthy, tmp_path):
@@ -111,7 +107,7 @@ def test_log_z_near_zero_without_the_z_loss_refutes_i2a(healthy, tmp_path):
     for seed in INSTABILITY_SEEDS:
         _edit(root / "scale/inst_lr" / f"Pre-LN,lr=0.003,seed={seed}",
               instruments={"output/log_z_mean": 0.3})
-    assert _marks(instability.i2(Reference(root)))[0] == "✗"
+    assert instability.i2(Reference(root)).marks[0] == "✗"
 
 
 def test_a_curve_that_does_not_reproduce_fails_the_control(healthy, tmp_path):

@@ -121,6 +121,11 @@ class Finding:
     def verdict(self) -> str:
         return verdict(self.parts, bool(self.missing))
 
+    @property
+    def marks(self) -> str:
+        """The evidence parts' marks in order (✓ ✗ ~ ?), as the page's tables print them."""
+        return "".join(p.mark for p in self.parts if not p.control)
+
 
 # Every verdict ``verdict`` returns, as results/README.md writes it (the ones to look at in bold).
 VERDICTS = {"yes": "yes", "partly": "**partly**", "no": "**no**",

@@ -30,6 +30,7 @@ import math
 import sys
 from pathlib import Path
 
+from trainer import rundir
 from trainer.findings.claim import Finding
 from trainer.findings.reference import Reference
 from trainer.findings.thresholds import (COLLAPSE_EVAL_EVERY, COSINE_MOVE, INSTABILITY_SEEDS,
@@ -195,11 +196,11 @@ def main(argv=None) -> int:
     ref = Reference(args.root)
     for name, original, _ in originals(ref):
         out = Path(args.root) / SCALE / GROUP / name
-        done = (out / "summary.json").is_file()
+        done = (out / rundir.SUMMARY).is_file()
         print(f"{'done' if done else 'todo'}  {out}  <- {original.path}")
         if args.run and not done:
             subprocess.run([sys.executable, "-m", "trainer", "train", "--config",
-                            str(original.path / "config.yaml"), "--workdir", str(out), "--quiet",
+                            str(original.path / rundir.CONFIG), "--workdir", str(out), "--quiet",
                             f"train.eval_every={COLLAPSE_EVAL_EVERY}"], check=True)
     return 0
 

@@ -37,6 +37,14 @@ def figure(ncols: int = 1):
     return subplots(1, ncols, figsize=SIZE, dpi=DPI, constrained_layout=True)
 
 
+def finish(ax, xlabel: str, ylabel: str, title: str) -> None:
+    """A claim figure's labels, its title on the left and its legend outside on the right."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, loc="left")
+    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+
+
 def per_seed(ref, fn, group: str = GROUP, **want) -> dict:
     """Seed -> ``fn(run)`` of the matching runs of ``group`` (any seed count; {} when none)."""
     return ref.per_seed(Finding("", "", "", ""), group, fn, seeds=1, **want)
@@ -152,11 +160,8 @@ def f5_token_std(ref):
     for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
         axis(LogFormatter(minor_thresholds=(2, 1)))  # plain numbers, not 4×10⁰
     ax.set_xticks(blocks)
-    ax.set_xlabel("block")
-    ax.set_ylabel("token std of the stream, final")
-    ax.set_title("F5: the stream by depth, Pre + residual, each at its best rate (geometric mean)",
-                 loc="left")
-    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    finish(ax, "block", "token std of the stream, final",
+           "F5: the stream by depth, Pre + residual, each at its best rate (geometric mean)")
     return fig
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from trainer.findings import instability
-from trainer.findings.figures_best import figure
+from trainer.findings.figures_best import figure, finish
 from trainer.findings.reference import Reference
 from trainer.findings.thresholds import INSTABILITY_GRID, INSTABILITY_SEEDS, R_TOP
 
@@ -48,11 +48,8 @@ def max_logit_vs_rate(ref: Reference):
     ax.axvline(R_TOP, color="0.6", ls=":", lw=1, label=f"R_TOP = {R_TOP:g}")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("learning rate")
-    ax.set_ylabel("max attention logit over training")
-    ax.set_title("I1: attention-logit growth vs rate (seeds as points, geometric mean joined)",
-                 loc="left")
-    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    finish(ax, "learning rate", "max attention logit over training",
+           "I1: attention-logit growth vs rate (seeds as points, geometric mean joined)")
     return fig
 
 
@@ -69,11 +66,8 @@ def log_z_at_top(ref: Reference):
         ax.plot(*zip(*curve), color=COLORS[name], lw=1, alpha=0.8,
                 label=name if seed == INSTABILITY_SEEDS[0] else None)
     ax.axhline(0.0, color="0.4", lw=0.8)
-    ax.set_xlabel("step")
-    ax.set_ylabel("mean log Z = logsumexp(logits)")
-    ax.set_title(f"I2: log Z over training at lr {R_TOP:g}, with and without the z-loss "
-                 "(one line per seed)", loc="left")
-    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    finish(ax, "step", "mean log Z = logsumexp(logits)",
+           f"I2: log Z over training at lr {R_TOP:g}, with and without the z-loss (one line per seed)")
     return fig
 
 

@@ -5,7 +5,7 @@ which runs it still waits for."""
 
 from __future__ import annotations
 
-from trainer.findings.claim import VERDICTS, Finding
+from trainer.findings.claim import VERDICTS
 
 BEFORE_COMMIT = "7817b32"
 # fix -> what the page said before it (history: the committed page at BEFORE_COMMIT)
@@ -25,24 +25,20 @@ WAITING = {"F6 on shared rates": "`scale/deep_lr` (Post-LN with and without warm
            "wide's grid": "the edge rule's extensions of wide's grids (the ladder's rung 128)"}
 
 
-def _marks(f: Finding) -> str:
-    return "".join(p.mark for p in f.parts if not p.control)
-
-
 def _after(fix: str, judged: dict) -> str:
     if fix in WAITING:
         return f"not run yet: waits for {WAITING[fix]}"
     if fix == "F14's α₀":
         f = judged.get("F14", {}).get("reference")
         chosen = next((x for x in (f.lines if f else []) if x.startswith("DyT's α₀")), "")
-        verdict = f"F14 reads {VERDICTS[f.verdict]} ({_marks(f)})" if f else "F14 not judged"
+        verdict = f"F14 reads {VERDICTS[f.verdict]} ({f.marks})" if f else "F14 not judged"
         return f"{chosen.split(',')[0]} on the mean validation loss of seeds 0–2; {verdict}"
     if fix == "long's F6 init part":
         f = judged.get("F6", {}).get("long")
         if f is None:
             return "long not judged"
         return (f"shown once, in the reference; long's F6 reads {VERDICTS[f.verdict]} "
-                f"({_marks(f)}) on its own runs")
+                f"({f.marks}) on its own runs")
     return ("each setting's lowest variant with its paired gap to the next, and every order that "
             "reverses between settings, with the numbers (\"What we found\")")
 

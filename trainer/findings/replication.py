@@ -52,7 +52,7 @@ def _cell(f: Finding | None) -> str:
         return NOT_IN_DESIGN
     if f.verdict == "not run":
         return VERDICTS["not run"]
-    marks = "".join(p.mark for p in f.parts if not p.control)
+    marks = f.marks
     return f"{VERDICTS[f.verdict]} ({marks})" if marks else VERDICTS[f.verdict]
 
 
