@@ -29,8 +29,13 @@ from trainer.rundir import analysis_output
 WARM, COLD = 50, 0  # the reference's warm-up steps, and none
 
 
-def _ratio(a, b):
-    return None if a is None or not b else a / b
+def stream_growth(run) -> float | None:
+    """The last block's token std of the residual stream over the first block's, at the last
+    logged train step (None: not logged)."""
+    last = int(run.cfg.model.num_layers) - 1
+    top = run.train_at(f"activation/block_{last}/token_std", "last")
+    bottom = run.train_at("activation/block_0/token_std", "last")
+    return None if top is None or not bottom else top / bottom
 
 
 def f5(ref: Reference) -> Finding:
@@ -43,13 +48,8 @@ def f5(ref: Reference) -> Finding:
                     not above Pre-LN's by {SENSITIVITY_MARGIN} nats""",
                 plot=f"{GROUP}/plots/f5_token_std.png")
     last = ref.num_layers(GROUP) - 1
-
-    def growth(run):
-        return _ratio(run.train_at(f"activation/block_{last}/token_std", "last"),
-                      run.train_at("activation/block_0/token_std", "last"))
-
     want = dict(warmup_steps=WARM, **BASE)
-    g = {n: ref.per_seed(f, GROUP, growth, seeds=ref.headline_seeds, norm=n, **want)
+    g = {n: ref.per_seed(f, GROUP, stream_growth, seeds=ref.headline_seeds, norm=n, **want)
          for n in ("layer", "none")}
     std = {n: ref.per_seed(f, GROUP, lambda r: r.train_at(f"activation/block_{last}/token_std"),
                            seeds=ref.headline_seeds, norm=n, **want) for n in ("layer", "none")}

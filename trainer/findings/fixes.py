@@ -21,6 +21,7 @@ difference over ``RATE_GRID`` with margin ``RATES_MARGIN``.
 from __future__ import annotations
 
 from trainer.findings.claim import Finding, line
+from trainer.findings.dynamics import stream_growth
 from trainer.findings.instability import SCALE, Grid, lr_sweep_line
 from trainer.findings.reference import Reference
 from trainer.findings.thresholds import (DEEP_DEPTH, DEEP_DEPTH_RATES, INSTABILITY_SEEDS,
@@ -31,15 +32,6 @@ from trainer.results.rule import compare, not_worse
 PERI = dict(placement="peri", norm="layer", qk_norm="none", residual="true", warmup_steps=50)
 POST = dict(placement="post", norm="layer", residual="true", init="normal")
 DEEP = dict(placement="post", norm="layer", residual="deepnorm", init="xavier")
-
-
-def stream_growth(run) -> float | None:
-    """The last block's token std of the residual stream over the first block's, at the last
-    logged train step (None: not logged)."""
-    last = int(run.cfg.model.num_layers) - 1
-    top = run.train_at(f"activation/block_{last}/token_std", "last")
-    bottom = run.train_at("activation/block_0/token_std", "last")
-    return None if top is None or not bottom else top / bottom
 
 
 def i3(ref: Reference) -> Finding:

@@ -29,6 +29,7 @@ from trainer.findings.thresholds import (INSTABILITY_GRID, INSTABILITY_SEEDS, LO
                                          LOGZ_MARGIN, LOSS_MARGIN, NULL_MARGIN, R_TOP, RATE_GRID,
                                          SENSITIVITY_MARGIN)
 from trainer.results import lr_sweep
+from trainer.results.baselines import or_unigram
 from trainer.results.metrics import final_loss, final_test_loss
 from trainer.results.rule import compare, not_worse
 
@@ -103,10 +104,10 @@ class Grid:
         return {s: fn(r) for (x, s), r in sorted(self.runs.items()) if math.isclose(x, lr)}
 
     def val(self, lr) -> dict:
-        return self.at(lr, lambda r: _or_unigram(final_loss(r), self.val_bl))
+        return self.at(lr, lambda r: or_unigram(final_loss(r), self.val_bl))
 
     def test(self, lr) -> dict:
-        return self.at(lr, lambda r: _or_unigram(final_test_loss(r), self.test_bl))
+        return self.at(lr, lambda r: or_unigram(final_test_loss(r), self.test_bl))
 
     def sensitivity(self) -> dict:
         """Seed -> LR sensitivity over that seed's rates (validation)."""
@@ -116,11 +117,6 @@ class Grid:
             if runs:
                 out[seed] = lr_sweep.lr_variants(runs, self.val_bl)[0].sensitivity
         return out
-
-
-def _or_unigram(loss: float | None, baselines: dict) -> float | None:
-    """A diverged run's loss (inf) read as the unigram loss of the same tokens."""
-    return baselines.get("unigram") if loss is not None and math.isinf(loss) else loss
 
 
 def control(ref: Reference, finding: Finding, pre: Grid) -> None:

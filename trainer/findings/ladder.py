@@ -28,14 +28,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trainer.findings.fixes import stream_growth
+from trainer.findings.dynamics import stream_growth
 from trainer.findings.instability import SCALE
 from trainer.findings.reference import Reference
 from trainer.findings.thresholds import (DYT_RECIPE_ALPHA, HEADLINE_VARIANTS, INSTABILITY_GRID,
                                          INSTABILITY_SEEDS, LADDER_WIDTHS, RATE_GRID,
                                          SCALE_VARIANTS)
 from trainer.results import lr_sweep
-from trainer.results.baselines import at_plateau
+from trainer.results.baselines import at_plateau, or_unigram
 from trainer.results.metrics import final_loss, final_test_loss, final_test_loss_precise_bn
 
 # width -> (its results root under results/, its setting name); d = 64 is the reference itself
@@ -168,21 +168,17 @@ class Side:
         return {s: v for s, v in found.items() if v is not None}
 
 
-def _or_unigram(x: float | None, baselines: dict) -> float | None:
-    return baselines.get("unigram") if x is not None and math.isinf(x) else x
-
-
 def on_test(side: Side, lr: float) -> dict:
     """Seed -> test loss at ``lr`` (diverged: the test tokens' unigram loss)."""
-    return side.at(lr, lambda r: _or_unigram(final_test_loss(r), side.test_bl))
+    return side.at(lr, lambda r: or_unigram(final_test_loss(r), side.test_bl))
 
 
 def on_validation(side: Side, lr: float) -> dict:
-    return side.at(lr, lambda r: _or_unigram(final_loss(r), side.val_bl))
+    return side.at(lr, lambda r: or_unigram(final_loss(r), side.val_bl))
 
 
 def precise_on_test(side: Side, lr: float) -> dict:
-    return side.at(lr, lambda r: _or_unigram(final_test_loss_precise_bn(r), side.test_bl))
+    return side.at(lr, lambda r: or_unigram(final_test_loss_precise_bn(r), side.test_bl))
 
 
 def growth_at(side: Side, lr: float) -> dict:

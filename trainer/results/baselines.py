@@ -157,6 +157,12 @@ def read_run_baselines(run_path: Path, root: Path | None = None) -> dict | None:
     return None
 
 
+def or_unigram(loss: float | None, baselines: dict) -> float | None:
+    """A diverged run's loss (inf) read as the unigram loss of the same tokens (what a model
+    that learned nothing scores); any other loss as it is."""
+    return baselines.get("unigram") if loss is not None and math.isinf(loss) else loss
+
+
 def at_plateau(loss: float | None, baselines: dict | None) -> bool:
     """Whether a final eval loss is within ``PLATEAU_MARGIN`` nats of the unigram cross-entropy."""
     if loss is None or not baselines or not math.isfinite(loss):
