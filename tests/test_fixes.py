@@ -12,7 +12,7 @@ import pytest
 
 from tests.reference_fixture import BASELINES, INIT_LOSS, STEPS, write_run
 from tests.test_instability import write_reference as write_inst_lr
-from trainer.findings import fixes
+from trainer.findings import dynamics, fixes
 from trainer.findings.reference import Reference
 from trainer.findings.thresholds import DEEP_DEPTH, DEEP_DEPTH_RATES, INSTABILITY_SEEDS, RATE_GRID
 
@@ -23,7 +23,8 @@ PRE_BEST = 0.003  # test_instability's Pre-LN: best at 3e-3
 PERI_LR = (2.6, 2.3, 2.08, 2.2, 2.6)
 DEEP_LR = {("Post-LN", 50): (2.45, 2.35, 3.1, 3.1, INF),  # trains at 2 rates
            ("DeepNorm", 50): (2.45, 2.3, 2.2, 2.3, 2.6),  # trains at 4
-           ("DeepNorm", 0): (2.45, 2.3, 2.22, 2.35, 2.7)}
+           ("DeepNorm", 0): (2.45, 2.3, 2.22, 2.35, 2.7),
+           ("Post-LN", 0): (2.45, 3.1, 3.1, INF, INF)}  # trains at 1 (F6 reads it)
 DEEP_DEPTH_LOSS = {"Post-LN": (2.45, 2.35, 3.1), "DeepNorm": (2.3, 2.15, 2.2)}
 # last / first block token std at the best rate
 GROWTH = {"Pre-LN": 4.0, "Peri-LN": 1.5}
@@ -136,9 +137,9 @@ def test_deepnorm_training_at_no_more_rates_refutes_i4a(root):
     write_deep(root, lr_table={**DEEP_LR, ("DeepNorm", 50): (2.55, 2.3, 2.2, 3.1, INF)})
     i4 = fixes.i4(Reference(root))
     assert i4.marks[0] == "✗" and i4.verdict == "partly"
-    assert fixes.trains_count(fixes.Grid(Reference(root).below("scale"), i4, "DeepNorm", "deep_lr",
-                                         dict(fixes.DEEP, warmup_steps=50), RATE_GRID,
-                                         INSTABILITY_SEEDS)) == {0: 2, 1: 2, 2: 2}
+    assert fixes.Grid(Reference(root).below("scale"), i4, "DeepNorm", "deep_lr",
+                      dict(fixes.DEEP, warmup_steps=50), RATE_GRID,
+                      INSTABILITY_SEEDS).trains_count(RATE_GRID) == {0: 2, 1: 2, 2: 2}
 
 
 def test_deepnorm_that_needs_warmup_refutes_i4c(root):
@@ -155,3 +156,26 @@ def test_an_absent_deep_depth_run_is_named(root):
     shutil.rmtree(root / "scale/deep_depth" / f"DeepNorm,lr={DEEP_DEPTH_RATES[0]},seed=1")
     i4 = fixes.i4(Reference(root))
     assert i4.verdict == "not run" and any("deep_depth" in m and "seed 1" in m for m in i4.missing)
+
+
+def test_f6_reads_post_ln_on_deep_lr_where_every_seed_ran_every_rate(base, tmp_path):
+    """With ``scale/deep_lr`` (seeds 0–2 at every rate), F6's Post-LN part reads it: without
+    warm-up Post-LN trains at 1 rate of 5 on every seed, with it at 2, and that alone shows
+    "needs warm-up" (its loss at its best is worse too); as many rates and the same losses
+    refute it. Pre-LN's part still reads ``lr``/``best``."""
+    root = tmp_path / "reference"
+    shutil.copytree(base, root)
+    write_deep(root)
+    f6 = dynamics.f6(Reference(root))
+    assert [p.mark for p in f6.parts] == ["✓", "✓", "✓"], f6.parts
+    assert "post-LN, warm-up 0, rates of the 5 shared at which it trains: 1 ± 0 [1, 1] (per seed: " \
+           "1 / 1 / 1)" in f6.lines
+    # its best (3e-4) is the lowest rate tried: its loss is not read, and the page says why
+    assert "post-LN, warm-up 0: post-LN, warm-up 0's best rate 0.0003 is the lowest rate tried " \
+           "(open edge)" in f6.lines
+    assert "one seed ran every rate" not in " ".join(x for x in f6.lines if x.startswith("post"))
+    write_deep(root, lr_table={**DEEP_LR, ("Post-LN", 0): DEEP_LR[("Post-LN", 50)]})
+    assert [p.mark for p in dynamics.f6(Reference(root)).parts] == ["✗", "✓", "✓"]
+    # fewer rates without warm-up, but as good at its best: still shown (either part suffices)
+    write_deep(root, lr_table={**DEEP_LR, ("Post-LN", 0): (2.35, 3.1, 3.1, INF, INF)})
+    assert dynamics.f6(Reference(root)).parts[0].mark == "✓"

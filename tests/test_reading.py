@@ -30,6 +30,19 @@ def test_the_after_column_reads_the_live_verdicts():
     assert text.count("not run yet") == len(reading.WAITING)
 
 
+def test_the_f6_fix_lists_each_setting_and_what_it_waits_for():
+    wide = _finding("F6", [True, True])
+    wide.evidence("Post-LN needs warm-up", None, "post-LN, warm-up 0's seeds ran at 0.00948, its "
+                  "best of the shared rates is 0.003: its seeds there are not run yet")
+    judged = {"F6": {"reference": _finding("F6", [True, False, True]), "wide": wide}}
+    after = next(x for x in reading.section(judged) if x.startswith("| F6 on shared rates"))
+    assert "F6 reads reference **partly** (✓✗✓), wide **inconclusive** (✓✓?)" in after
+    assert "waiting for runs: wide: post-LN, warm-up 0's seeds ran at 0.00948" in after
+    judged["F6"]["wide"] = _finding("F6", [True, True, True])
+    after = next(x for x in reading.section(judged) if x.startswith("| F6 on shared rates"))
+    assert "waiting" not in after and "wide yes (✓✓✓)" in after
+
+
 def test_an_analysis_copied_from_the_reference_is_recognised(tmp_path):
     rel = "init/grad_profile.csv"
     for root, body in (("reference", "a,b\n1,2\n"), ("replication/long", "a,b\n1,2\n"),

@@ -83,6 +83,16 @@ def all_of(*parts: Judged) -> Judged:
     return Judged(outcome, "; ".join(p.stat for p in parts), why if outcome == UNDERPOWERED else "")
 
 
+def any_of(*parts: Judged) -> Judged:
+    """Either of several judgements: shown when one is, refuted when all are, otherwise
+    underpowered; the statistics joined."""
+    outcomes = {p.outcome for p in parts}
+    outcome = (SHOWN if SHOWN in outcomes else REFUTED if outcomes == {REFUTED}
+               else UNDERPOWERED)
+    why = "; ".join(dict.fromkeys(p.why for p in parts if p.outcome == UNDERPOWERED and p.why))
+    return Judged(outcome, "; ".join(p.stat for p in parts), why if outcome == UNDERPOWERED else "")
+
+
 @dataclass
 class Finding:
     id: str

@@ -21,7 +21,7 @@ difference over ``RATE_GRID`` with margin ``RATES_MARGIN``.
 from __future__ import annotations
 
 from trainer.findings.claim import Finding, line
-from trainer.findings.dynamics import stream_growth
+from trainer.findings.dynamics import DEEP_POST as POST, stream_growth
 from trainer.findings.instability import SCALE, Grid, lr_sweep_line
 from trainer.findings.reference import Reference
 from trainer.findings.thresholds import (DEEP_DEPTH, DEEP_DEPTH_RATES, INSTABILITY_SEEDS,
@@ -30,7 +30,6 @@ from trainer.findings.thresholds import (DEEP_DEPTH, DEEP_DEPTH_RATES, INSTABILI
 from trainer.results.rule import compare, not_worse
 
 PERI = dict(placement="peri", norm="layer", qk_norm="none", residual="true", warmup_steps=50)
-POST = dict(placement="post", norm="layer", residual="true", init="normal")
 DEEP = dict(placement="post", norm="layer", residual="deepnorm", init="xavier")
 
 
@@ -67,18 +66,6 @@ def i3(ref: Reference) -> Finding:
     return f
 
 
-def trains_count(g: Grid, rates=RATE_GRID) -> dict:
-    """Seed -> the number of ``rates`` at which that seed's run trains (validation below bigram;
-    a diverged run does not)."""
-    bigram = g.val_bl.get("bigram")
-    out = {}
-    for seed in g.seeds:
-        losses = [g.val(lr).get(seed) for lr in rates]
-        if bigram is not None and all(x is not None for x in losses):
-            out[seed] = sum(x < bigram for x in losses)
-    return out
-
-
 def _at_best(f: Finding, text: str, grids: tuple[Grid, ...], judge) -> None:
     """A part that reads the best rate of each of ``grids``: ``judge(*grids)``, or "cannot be
     judged" when one of them has none."""
@@ -109,7 +96,7 @@ def i4(ref: Reference) -> Finding:
              for name, want in (("Post-LN", POST), ("DeepNorm", DEEP))]
     if f.missing:
         return f
-    count = {g.name: trains_count(g) for g in (post, deep)}
+    count = {g.name: g.trains_count(RATE_GRID) for g in (post, deep)}
     f.lines += [f"{g.name}: {lr_sweep_line(g)}" for g in (post, deep, deep0, *depth)]
     f.lines += [line(f"rates of {len(RATE_GRID)} at which {n} trains", c) for n, c in count.items()]
     f.evidence(f"(a) DeepNorm trains at more rates than Post-LN (per seed, margin {RATES_MARGIN:g})",

@@ -109,6 +109,19 @@ class Grid:
     def test(self, lr) -> dict:
         return self.at(lr, lambda r: or_unigram(final_test_loss(r), self.test_bl))
 
+    def trains_count(self, rates=None) -> dict:
+        """Seed -> the number of ``rates`` (default: every rate run) at which that seed's run
+        trains (validation below bigram; a diverged run does not); a seed lacking one of them is
+        left out."""
+        bigram = self.val_bl.get("bigram")
+        rates = sorted({lr for lr, _ in self.runs}) if rates is None else rates
+        out = {}
+        for seed in self.seeds:
+            losses = [self.val(lr).get(seed) for lr in rates]
+            if bigram is not None and all(x is not None for x in losses):
+                out[seed] = sum(x < bigram for x in losses)
+        return out
+
     def sensitivity(self) -> dict:
         """Seed -> LR sensitivity over that seed's rates (validation)."""
         out = {}

@@ -148,12 +148,16 @@ class Side:
                         if not any(math.isclose(lr, x) and seed == y for x, y in done)]
         self.lacking += [f"{r.name} ({r.status})" for r in grid if not r.finished]
 
-    def best(self, rates=None) -> lr_sweep.RatePoint | None:
-        return lr_sweep.best_point([p for p in self.points if rates is None or p.lr in rates])
+    def _points(self, steps=None) -> list:
+        """Its rate points, or those on ``steps`` of the √10 lattice (``lr_sweep.rate_step``)."""
+        return [p for p in self.points if steps is None or lr_sweep.rate_step(p.lr) in steps]
 
-    def why_not(self, rates=None) -> str:
+    def best(self, steps=None) -> lr_sweep.RatePoint | None:
+        return lr_sweep.best_point(self._points(steps))
+
+    def why_not(self, steps=None) -> str:
         """Why its best rate cannot be read ("" when it can): none finite, or an open edge."""
-        points = [p for p in self.points if rates is None or p.lr in rates]
+        points = self._points(steps)
         best = lr_sweep.best_point(points)
         if best is None:
             return f"{self.name} has no finite validation loss at any rate"

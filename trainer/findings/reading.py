@@ -20,14 +20,28 @@ BEFORE = {
     "long's F6 init part": """counted as evidence in long (F6 ✗✓~), though the analysis at init
         is byte for byte the reference's""",
 }
-WAITING = {"F6 on shared rates": "`scale/deep_lr` (Post-LN with and without warm-up, seeds 0–2 "
-                                 "at every rate) and wide's missing rates",
-           "wide's grid": "the edge rule's extensions of wide's grids (the ladder's rung 128)"}
+WAITING = {"wide's grid": "the edge rule's extensions of wide's grids (the ladder's rung 128)"}
+
+
+def _f6_after(judged: dict) -> str:
+    """F6 per setting on the shared rates, and the arms still waiting for their seeds."""
+    found = judged.get("F6", {})
+    if not found:
+        return "F6 not judged"
+    reads = ", ".join(f"{s} {VERDICTS[f.verdict]} ({f.marks})" for s, f in found.items())
+    waits = [f"{s}: {p.why}" for s, f in found.items() for p in f.parts
+             if "not run yet" in p.why]
+    return ("each arm at its best of the rates both ran; \"fewer rates\" per seed where every "
+            "seed ran every rate (the reference's Post-LN: `scale/deep_lr`), not evidence on one "
+            f"seed; F6 reads {reads}" + (f"; waiting for runs: {'; '.join(waits)}" if waits
+                                         else ""))
 
 
 def _after(fix: str, judged: dict) -> str:
     if fix in WAITING:
         return f"not run yet: waits for {WAITING[fix]}"
+    if fix == "F6 on shared rates":
+        return _f6_after(judged)
     if fix == "F14's α₀":
         f = judged.get("F14", {}).get("reference")
         chosen = next((x for x in (f.lines if f else []) if x.startswith("DyT's α₀")), "")

@@ -60,6 +60,13 @@ def _by_variant(runs, keys: list[str]) -> dict[tuple, list]:
     return groups
 
 
+def rate_step(lr: float) -> int:
+    """A rate's step on the √10 lattice, in half-decades (1e-3 is -6): the lab's grids round one
+    step two ways (``RATE_GRID``'s 0.003; ×/÷ ``RATE_STEP`` from 3e-4 gives 0.000948, 0.00316),
+    and both spellings are the same step when two grids are compared rate by rate."""
+    return round(2 * math.log10(lr))
+
+
 def init_loss(run) -> float | None:
     """The validation loss at step 0 (before any update), or None when not recorded."""
     curve = run.eval.get("loss")
