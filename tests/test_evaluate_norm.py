@@ -113,3 +113,110 @@ def test_protocol_trains_the_grid_seeds_and_baselines_and_reports(tmp_path, monk
     assert diff["1"] == pytest.approx(numbers["test_loss"]["per_seed"]["1"] - pre["1"])
     assert (out / report["figure"]).is_file() and report["properties"]["trained"] is not None
     assert "Pre-LN" in (out / "report.md").read_text()
+
+
+def _variant(losses: dict, runs=()):
+    """A learning-rate curve of one seed: rate -> final validation loss (inf: diverged)."""
+    from trainer.results.lr_sweep import LRVariant, RatePoint
+
+    points = [RatePoint(lr, (), loss, (loss,), 6.0, "completed", 0, loss < 4.0)
+              for lr, loss in sorted(losses.items())]
+    return LRVariant("v", "v", {}, list(runs), points)
+
+
+BASE = {"unigram": 5.0, "bigram": 4.0}  # "trains": below 4.0; the plateau: within 0.05 of 5.0
+
+
+def test_the_edge_rule_extends_an_open_edge_by_one_step_until_spent():
+    from trainer.evaluate.ladder import next_rate
+    from trainer.findings.thresholds import MAX_EXTENSIONS, RATE_GRID, RATE_STEP
+
+    grid = dict(zip(RATE_GRID, (3.0, 2.8, 2.6, 2.4, 2.2)))  # best at the highest rate
+    assert next_rate(_variant(grid), BASE) == pytest.approx(float(f"{RATE_GRID[-1] * RATE_STEP:.3g}"))
+    assert next_rate(_variant(grid), BASE) == 0.0948  # three significant digits
+    low = dict(zip(RATE_GRID, (2.2, 2.4, 2.6, 2.8, 3.0)))
+    assert next_rate(_variant(low), BASE) == float(f"{RATE_GRID[0] / RATE_STEP:.3g}")
+    inside = dict(zip(RATE_GRID, (2.6, 2.4, 2.2, 2.4, 2.6)))
+    assert next_rate(_variant(inside), BASE) is None
+    plateau = {lr: 5.01 for lr in RATE_GRID}  # nothing learned anywhere: the edge is closed
+    assert next_rate(_variant(plateau), BASE) is None
+    rates, loss = list(RATE_GRID), dict(grid)
+    for _ in range(MAX_EXTENSIONS):  # each extension still best: extend again, then stop
+        step = next_rate(_variant(loss), BASE)
+        assert step is not None and step > max(rates)
+        rates.append(step)
+        loss[step] = min(loss.values()) - 0.1
+    assert next_rate(_variant(loss), BASE) is None
+
+
+def _rung(norm_test: dict, pre_test: dict, sens=(0.2, 0.3), best=(0.01, 0.003)) -> dict:
+    from trainer.evaluate.report import interval_numbers, paired
+
+    side = lambda t, s, b: {"best_lr": b, "lr_sensitivity": s, "test_loss": interval_numbers(t),
+                            "why": ""}
+    return {"norm": side(norm_test, sens[0], best[0]), "Pre-LN": side(pre_test, sens[1], best[1]),
+            "gap": paired(norm_test, pre_test)}
+
+
+def test_the_ladder_report_says_where_the_norms_trend_points():
+    """A gap to Pre-LN that grows by 0.1 nats per doubling on every seed reads "falls behind";
+    one that shrinks, "gains"; seeds that disagree, "no trend"; fewer than 3 points, no trend."""
+    from trainer.evaluate import ladder, report
+
+    pre = {0: 2.0, 1: 2.02, 2: 2.04}
+    grows = {w: _rung({s: v + 0.1 * i + 0.001 * s for s, v in pre.items()}, pre)
+             for i, w in enumerate((32, 64, 128))}
+    t = ladder.trends(grows)
+    assert t["gap_slope"]["slope"] == pytest.approx(0.1, abs=1e-3) and t["gap_slope"]["n"] == 9
+    assert ladder.where_it_points("GN", t).startswith("GN falls behind Pre-LN as the model widens")
+    shrinks = {w: _rung({s: v - 0.1 * i for s, v in pre.items()}, pre)
+               for i, w in enumerate((32, 64, 128))}
+    assert ladder.where_it_points("GN", ladder.trends(shrinks)).startswith("GN gains on Pre-LN")
+    noisy = {w: _rung({0: 2.0 + d, 1: 2.02 - d, 2: 2.04}, pre)
+             for w, d in ((32, 0.0), (64, 0.3), (128, -0.3))}
+    assert "shows no trend" in ladder.where_it_points("GN", ladder.trends(noisy))
+    one = {32: grows[32]}
+    assert "not enough rungs" in ladder.where_it_points("GN", ladder.trends(one))
+    # best rate falls as 1/width on the norm's side: a power of -1
+    halving = {w: _rung(pre, pre, best=(0.01 * 32 / w, 0.003)) for w in (32, 64, 128)}
+    assert ladder.trends(halving)["norm"]["best_rate_power"]["slope"] == pytest.approx(-1.0)
+    rep = {"display": "GN", "ladder": {"rungs": {str(w): r for w, r in grows.items()},
+                                       "trends": t, "where": ladder.where_it_points("GN", t)}}
+    section = "\n".join(report._ladder_section(rep))
+    assert "| d = 128 | 0.01 | 0.003 | 0.200 | 0.300 |" in section
+    assert "**Where it points**: GN falls behind" in section
+    assert report.sentence(rep).startswith("GN falls behind Pre-LN")
+
+
+@pytest.mark.slow
+def test_the_ladder_budget_runs_each_rung_with_the_edge_rule(tmp_path, monkeypatch):
+    """Two tiny rungs (1 block, d = 16 and 32; two rates): the norm's grid at seed 0 is extended
+    while its best sits at an open edge, seeds at the best follow, and the report has a row per
+    rung (Pre-LN's side: not run on these rungs)."""
+    from trainer.evaluate import ladder, protocol
+    from trainer.results.run import load_runs
+
+    root = Path(__file__).resolve().parents[1]
+    rungs = {16: [*TINY, "model.dim=16", "model.ffn_dim=32"], 32: TINY}
+    monkeypatch.setattr(ladder, "RUNGS", {w: "configs/base.yaml" for w in rungs})
+    monkeypatch.setattr(ladder, "rung_budget", lambda w: protocol.Budget(
+        f"ladder d = {w}", root / "configs/base.yaml", tuple(rungs[w]), (1e-3, 1e-2), tmp_path, ""))
+    monkeypatch.setattr(ladder, "preln_side", lambda w: None)
+    out = tmp_path / "gn"
+    result = run_cli("evaluate-norm", "examples/norms/group_norm.py:GroupNorm", "--budget",
+                     "ladder", "--seeds", "2", "--parallel", "1", "--out", out)
+    assert result.returncode == 0, result.stderr
+    rep = json.loads((out / "report.json").read_text())
+    for width in rungs:
+        runs = load_runs(out / f"d{width}" / "lr")
+        numbers = rep["ladder"]["rungs"][str(width)]["norm"]
+        rates = sorted(float(r.cfg.train.lr) for r in runs)
+        assert rates == sorted(numbers["rates_tried"]) and {1e-3, 1e-2} <= set(rates)
+        extended = ladder.next_rate(protocol.read_outcome("x", out / f"d{width}").variant,
+                                    numbers.get("token_baselines"), (1e-3, 1e-2))
+        assert extended is None  # the rule has nothing left to ask
+        if numbers["best_at_edge"] is None:
+            assert set(numbers["test_loss"]["per_seed"]) == {"0", "1"}
+        assert rep["ladder"]["rungs"][str(width)]["Pre-LN"]["why"] == "not run yet"
+    assert "## Across the ladder" in (out / "report.md").read_text()
+    assert (out / rep["figure"]).is_file()

@@ -9,17 +9,22 @@ NORM is a lab norm (`layer`, `batch`, …) or one from outside the lab (``PATH.p
 - `quick` / `reference`: the rate grid, the best rate on validation, `--seeds` seeds at
   it, the test split, against the baselines at the same budget (``protocol``), then the
   properties at init and trained.
+- `ladder`: the model-size ladder's rungs d = 32, 64, 128, each with the rate grid extended by
+  the edge rule and `--seeds` seeds at the best rate, against the lab's Pre-LN on each rung
+  (the committed ladder), with the trend of the gap over width (``ladder``).
 
 `--placement pre|post|peri|output` puts the norm in that placement (``model.placement``) for
 the checks and the runs; the baselines stay the lab's norms in Pre placement, and the report
 says which placement was tested.
 
 It writes ``DIR/report.json`` and ``DIR/report.md`` (``report``), the learning-rate figure, and
-the runs under ``DIR/lr`` and ``DIR/best``. A bad NORM is one error line (exit 2) before
+the runs under ``DIR/lr`` and ``DIR/best`` (``DIR/d<width>/lr``, ``…/best`` at `ladder`). A bad
+NORM is one error line (exit 2) before
 anything is trained or written.
 
 Modules: ``protocol`` (budgets, the runs,
-the baselines), ``report`` (report.json, report.md; no TensorFlow).
+the baselines), ``ladder`` (the ladder budget: the edge rule, the rungs, the trends),
+``report`` (report.json, report.md; no TensorFlow).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from trainer import rundir
 from trainer.choices import Placement
 from trainer.config import ConfigError, check_norm
 
-BUDGET_NAMES = ("checks", "quick", "reference")
+BUDGET_NAMES = ("checks", "quick", "reference", "ladder")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("norm", help="a lab norm, PATH.py:Class or package.module:Class")
     p.add_argument("--budget", choices=BUDGET_NAMES, default="checks",
                    help="checks: properties only, no training (default); quick: the 2-block "
-                   "model, ≤ 25 min on 2 cores; reference: the reference model and protocol")
+                   "model, ≤ 25 min on 2 cores; reference: the reference model and protocol; "
+                   "ladder: rungs d = 32, 64, 128 against Pre-LN's trend (hours)")
     p.add_argument("--placement", choices=[str(x) for x in Placement], default="pre",
                    help="where the norm sits in each block (model.placement; default pre); "
                    "the baselines stay Pre")
@@ -114,7 +120,14 @@ def main(args) -> int:
            "seeds": args.seeds, "git_sha": git_sha(), "git_dirty": git_dirty(),
            "invariant_max": INVARIANT_MAX, "properties": {"init": init, "trained": None},
            "baselines": {}, "runs": []}
-    if args.budget != "checks":
+    if args.budget == "ladder":
+        from trainer.evaluate import ladder
+
+        ladder.run_ladder(rep, norm, out, args.seeds, args.parallel, placement_overrides(placement))
+        rung = out / f"d{min(ladder.RUNGS, key=lambda w: abs(w - 64))}"  # the reference rung
+        rep["properties"]["trained"] = _trained_properties(
+            _best_run(protocol.read_outcome(norm, rung)))
+    elif args.budget != "checks":
         _protocol(rep, norm, protocol.BUDGETS[args.budget], out, args)
     else:
         previous = protocol.read_outcome(norm, out)  # a trained run of an earlier budget

@@ -40,7 +40,7 @@ PROPERTY_WORDS = {  # verdict (``flatten``'s keys) -> (holds, fails): what the s
 }
 
 
-def _interval(values: dict, signed: bool = False) -> dict | None:
+def interval_numbers(values: dict, signed: bool = False) -> dict | None:
     iv = interval(v for v in values.values() if v is not None)
     if iv is None:
         return None
@@ -72,7 +72,7 @@ def outcome_numbers(outcome) -> dict:
             "trains": v.trains, "trains_at": v.trains_at, "rates_tried": [p.lr for p in v.points],
             "best_at_edge": v.edge,
             "val_loss": {f"{p.lr:g}": p.final_loss for p in v.points},
-            "test_loss": _interval(outcome.test_loss)}
+            "test_loss": interval_numbers(outcome.test_loss)}
 
 
 def paired(a: dict, b: dict) -> dict | None:
@@ -81,7 +81,7 @@ def paired(a: dict, b: dict) -> dict | None:
     seeds = sorted(s for s in set(a) & set(b) if a[s] is not None and b[s] is not None)
     if not seeds:
         return None
-    return _interval({s: a[s] - b[s] for s in seeds}, signed=True)
+    return interval_numbers({s: a[s] - b[s] for s in seeds}, signed=True)
 
 
 def _num(x, digits: int = DIGITS, signed: bool = False) -> str:
@@ -94,7 +94,7 @@ def _num(x, digits: int = DIGITS, signed: bool = False) -> str:
 
 def sentence(report: dict) -> str:
     """What the report found, in one line: where it trains, how far from Pre-LN, properties."""
-    parts = []
+    parts = [report["ladder"]["where"]] if report.get("ladder") else []
     numbers = report.get("numbers") or {}
     if "rates_tried" in numbers:
         n, k = len(numbers["rates_tried"]), len(numbers["trains_at"])
@@ -238,9 +238,49 @@ def markdown(report: dict) -> str:
                                 for s, v in diff["per_seed"].items()) + ".", ""]
         if report.get("figure"):
             out += [f"![learning rates]({report['figure']})", ""]
+    if report.get("ladder"):
+        out += _ladder_section(report)
     out += [f"Runs: {', '.join(report.get('runs', [])) or 'none'} (TensorBoard: "
             "`python -m trainer tensorboard` on this directory)."]
     return "\n".join(out) + "\n"
+
+
+def _ladder_section(report: dict) -> list[str]:
+    """``--budget ladder``: per rung the norm beside Pre-LN (the committed ladder), the paired
+    gap, then the trends across rungs and the figure."""
+    lad, name = report["ladder"], report["display"]
+
+    def rate(x):
+        if not x.get("best_lr"):
+            return x.get("why") or "—"
+        return f"{x['best_lr']:g}" + (f" ({x['why']})" if x.get("why") else "")
+
+    def test(x):
+        return interval_text(x["test_loss"]) if x.get("test_loss") else "—"
+
+    out = ["## Across the ladder", "",
+           f"Each rung: {name} under the protocol (the rate grid at seed 0, extended by the edge "
+           "rule until its best rate is inside it, then the seeds at that best), beside the lab's "
+           "Pre-LN on the same rung (the committed ladder, read by its rules: its best rate on "
+           "the mean validation loss of the seeds run at every rate). Gap: the norm − Pre-LN, "
+           "test loss, paired by seed.", "",
+           f"| width | {name}: best rate | Pre-LN: best rate | {name}: LR sensitivity | "
+           f"Pre-LN: LR sensitivity | {name}: test loss | Pre-LN: test loss | gap |",
+           "|---|---|---|---|---|---|---|---|"]
+    for width, r in lad["rungs"].items():
+        mine, pre = r["norm"], r["Pre-LN"]
+        out.append(f"| d = {width} | {rate(mine)} | {rate(pre)} | "
+                   f"{_num(mine.get('lr_sensitivity'))} | {_num(pre.get('lr_sensitivity'))} | "
+                   f"{test(mine)} | {test(pre)} | "
+                   f"{interval_text(r['gap'], signed=True) if r.get('gap') else '—'} |")
+    t = lad["trends"]
+    out += ["", f"**Where it points**: {lad['where']}.", ""]
+    for side, label in (("norm", name), ("Pre-LN", "Pre-LN")):
+        fits = t.get(side) or {}
+        power, slope = fits.get("best_rate_power"), fits.get("sensitivity_slope")
+        out.append(f"- {label}: best rate ∝ width^k, k = {power['text'] if power else 'n/a'}; "
+                   f"LR sensitivity per doubling of width {slope['text'] if slope else 'n/a'}")
+    return out + [""]
 
 
 def write(report: dict, out: Path) -> None:
