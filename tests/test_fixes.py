@@ -179,3 +179,19 @@ def test_f6_reads_post_ln_on_deep_lr_where_every_seed_ran_every_rate(base, tmp_p
     # fewer rates without warm-up, but as good at its best: still shown (either part suffices)
     write_deep(root, lr_table={**DEEP_LR, ("Post-LN", 0): (2.35, 3.1, 3.1, INF, INF)})
     assert dynamics.f6(Reference(root)).parts[0].mark == "✓"
+
+
+def test_what_we_found_has_a_line_for_the_fixes_with_the_first_refuted_statistic(root):
+    """The opening's line for pre-registration 3: each claim linked, its verdict and marks, and
+    where a part is refuted, that part's statistic."""
+    from trainer.findings.page import scale_summary
+
+    write_peri(root, growth=GROWTH["Pre-LN"])  # Peri-LN's stream grows as much as Pre-LN's
+    ref = Reference(root)
+    i3, i4 = fixes.i3(ref), fixes.i4(ref)
+    [text] = scale_summary([i3, i4])
+    assert text.startswith("- **The field's instabilities and their fixes**")
+    assert f"[I3](#i3) Peri-LN's stream grows less with depth than Pre-LN's, at no cost: " \
+           f"**partly** (✗✓); {i3.parts[0].text}: {i3.parts[0].stat}" in text
+    assert "[I4](#i4) DeepNorm trains Post-LN where it collapses, without warm-up: yes (✓✓✓✓)" in text
+    assert scale_summary([]) == []
