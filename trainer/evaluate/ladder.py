@@ -18,6 +18,7 @@ changes a committed number.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -76,13 +77,19 @@ def run_rung(norm: str, budget: protocol.Budget, out: Path, seeds: int, parallel
     return protocol.run_protocol(norm, replace(budget, rates=rates), out, seeds, parallel, extra)
 
 
-def preln_side(width: int):
-    """Pre-LN on rung ``width`` from the committed ladder (``findings.ladder.Side``), or None
-    when the rung has no runs."""
+@functools.lru_cache(maxsize=1)
+def committed_ladder():
+    """The lab's committed ladder (every rung's runs), read once per process."""
     from trainer.findings.ladder import Ladder
     from trainer.findings.reference import Reference
 
-    ladder = Ladder(Reference(protocol.ROOT / "results" / "reference"))
+    return Ladder(Reference(protocol.ROOT / "results" / "reference"))
+
+
+def preln_side(width: int):
+    """Pre-LN on rung ``width`` from the committed ladder (``findings.ladder.Side``), or None
+    when the rung has no runs."""
+    ladder = committed_ladder()
     if not ladder.rungs[width].runs:
         return None
     return ladder.side(width, PRELN)
