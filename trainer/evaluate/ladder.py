@@ -23,6 +23,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from trainer import rundir
 from trainer.evaluate import protocol
 from trainer.findings.thresholds import MAX_EXTENSIONS, RATE_GRID, RATE_STEP
 from trainer.results.baselines import at_plateau
@@ -179,7 +180,7 @@ def run_ladder(rep: dict, norm: str, out: Path, seeds: int, parallel: int, extra
     if figure is not None:
         rep["figure"] = figure.name
     rep["runs"] = sorted(str(p.relative_to(out)) for p in out.glob("d*/*/*")
-                         if (p / "summary.json").is_file())
+                         if (p / rundir.SUMMARY).is_file())
 
 
 def write_figure(display: str, rungs: dict, out: Path) -> Path | None:
