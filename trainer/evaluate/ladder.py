@@ -26,8 +26,9 @@ from pathlib import Path
 from trainer import rundir
 from trainer.evaluate import protocol
 from trainer.findings.thresholds import MAX_EXTENSIONS, RATE_GRID, RATE_STEP
+from trainer.results import lr_sweep
 from trainer.results.baselines import at_plateau
-from trainer.results.lr_sweep import LRVariant
+from trainer.results.metrics import final_test_loss
 
 RUNGS = {32: "configs/settings/d32.yaml", 64: "configs/reference.yaml",
          128: "configs/settings/wide.yaml"}
@@ -45,7 +46,7 @@ def _sig3(x: float) -> float:
     return float(f"{x:.3g}")
 
 
-def next_rate(v: LRVariant | None, baselines: dict | None, grid=RATE_GRID) -> float | None:
+def next_rate(v: lr_sweep.LRVariant | None, baselines: dict | None, grid=RATE_GRID) -> float | None:
     """The edge rule (pre-registration 3, section 1): when ``v``'s best rate is the lowest or
     the highest rate tried, and it neither diverged nor sits at the unigram plateau (either
     closes that edge), the rate one ``RATE_STEP`` beyond it (three significant digits), while
@@ -99,8 +100,6 @@ def preln_side(width: int):
 def side_numbers(side) -> dict:
     """A ladder ``Side``'s numbers in the report's form (``report.outcome_numbers``'s keys)."""
     from trainer.evaluate.report import interval_numbers
-    from trainer.results import lr_sweep
-    from trainer.results.metrics import final_test_loss
 
     if side is None or not side.points:
         return {"trained": False, "why": "not run yet"}
@@ -169,8 +168,6 @@ def run_ladder(rep: dict, norm: str, out: Path, seeds: int, parallel: int, extra
         pre = side_numbers(side)
         gap = None
         if side is not None and not pre.get("why") and pre.get("best_lr"):
-            from trainer.results.metrics import final_test_loss
-
             gap = paired(outcome.test_loss, side.at(pre["best_lr"], final_test_loss))
         rungs[width] = {"norm": mine, PRELN: pre, "gap": gap, "token_baselines": outcome.baselines}
     t = trends(rungs)

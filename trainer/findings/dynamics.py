@@ -100,11 +100,6 @@ class Arm:
     why: str = ""
 
 
-def _shared(rates: dict) -> set:
-    """The √10-lattice steps (``lr_sweep.rate_step``) that every arm ran."""
-    return set.intersection(*({lr_sweep.rate_step(x) for x in r} for r in rates.values()))
-
-
 def _deep_arms(scale: Reference, f: Finding) -> dict | None:
     """Post-LN with and without warm-up in ``scale/deep_lr`` (seeds 0–2 at every rate of the
     shared grid): the best rate on the mean validation loss of the seeds."""
@@ -131,7 +126,8 @@ def _lr_arms(ref: Reference, f: Finding, placement: str) -> dict | None:
                             warmup_steps=w, **want) for w in (WARM, COLD)}
     if f.missing:
         return None
-    shared = _shared({w: [p.lr for p in v.points if p.tried] for w, v in grids.items()})
+    shared = lr_sweep.shared_steps(*([p.lr for p in v.points if p.tried]
+                                     for v in grids.values()))
     arms = {}
     for w, v in grids.items():
         name = f"{placement}-LN, warm-up {w}"

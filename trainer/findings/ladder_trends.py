@@ -116,8 +116,8 @@ def _rates(trend: Trend, sides: list[Side], out: Cell) -> list[float] | None:
     both ran, for ``shared``); None (``out.why`` set) when a best cannot be read."""
     if trend.rate is not None:
         return [trend.rate] * len(sides)
-    shared = (set.intersection(*({lr_sweep.rate_step(p.lr) for p in s.points if p.tried}
-                                 for s in sides)) if trend.shared else None)
+    shared = (lr_sweep.shared_steps(*([p.lr for p in s.points if p.tried] for s in sides))
+              if trend.shared else None)
     if shared == set():
         out.why = f"{sides[0].name} and {sides[1].name} ran no rate in common"
         return None

@@ -67,6 +67,12 @@ def rate_step(lr: float) -> int:
     return round(2 * math.log10(lr))
 
 
+def shared_steps(*rates) -> set[int]:
+    """The √10-lattice steps (``rate_step``) that every one of ``rates`` (iterables of rates)
+    holds: the rates two grids both ran."""
+    return set.intersection(*({rate_step(x) for x in r} for r in rates))
+
+
 def init_loss(run) -> float | None:
     """The validation loss at step 0 (before any update), or None when not recorded."""
     curve = run.eval.get("loss")
