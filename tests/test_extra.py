@@ -22,9 +22,9 @@ from trainer.findings import core
 from trainer.findings import extra as X
 from trainer.findings import extra_run as XR
 from trainer.findings import page as P
-from trainer.findings.claim import BN_NORMS
+from trainer.findings.claim import BN_NORMS, claim_id
 from trainer.findings.reference import EXTRA, Reference
-from trainer.findings.thresholds import HEADLINE_SEEDS, MAX_SEEDS
+from trainer.findings.thresholds import HEADLINE_SEEDS, MAX_SEEDS, R_TOP, RATE_GRID
 
 BEST = "norm={},residual=true,placement=pre,warmup_steps=50"
 # F3's bucketed part underpowered at the pre-registered seeds: seed 4 has masked BN worse
@@ -47,9 +47,55 @@ def test_every_part_the_statistics_rule_judges_has_its_variants_in_the_plan(base
             assert X._variant(ref, group, want), (claim, group, want)  # one variant, not several
         for relpath in need.analyses:
             assert (base / relpath).is_file(), relpath
-    # and no entry is stale: each names a part some claim has
+    # and no entry is stale: each names a part some claim has (pre-registration 3's: below)
     for claim, start in X.PLAN:
-        assert any(c == claim and t.startswith(start) for c, t in judged), (claim, start)
+        assert claim.startswith("I") or any(c == claim and t.startswith(start)
+                                            for c, t in judged), (claim, start)
+
+
+@pytest.fixture(scope="module")
+def scale(tmp_path_factory) -> Path:
+    """Pre-registration 3's sub-sweeps, healthy (``tests/test_fixes.py``: inst_lr, place_*,
+    deep_*)."""
+    from tests.test_fixes import write_scale
+
+    return write_scale(tmp_path_factory.mktemp("scale") / "reference")
+
+
+def test_every_part_of_pre_registration_3_has_its_variants_in_the_plan(scale):
+    """I1–I4's parts, each judged on the synthetic sub-sweeps: an entry whose variants each name
+    one variant of a nested sub-sweep (``scale/GROUP``), at the rates the part reads."""
+    ref = Reference(scale)
+    found = [claim(ref) for claim in P.SCALE_CLAIMS if claim_id(claim) != "I5"]
+    judged = [(f.id, p.text) for f in found for p in f.parts if not p.control and p.stat]
+    assert len(judged) == 15, judged  # I1 (a)-(e), I2 (a)-(d), I3 (a)-(b), I4 (a)-(d)
+    for claim, text in judged:
+        need = X.needs(ref, claim, text)
+        assert need is not None and need.variants, (claim, text)
+        for group, want in need.variants:
+            assert group.startswith("scale/") and X._variant(ref, group, want), (claim, want)
+    assert {k for k in X.PLAN if k[0].startswith("I")} == {
+        (c, t[:3]) for c, t in judged}  # no stale entry either
+    top = X.needs(ref, "I2", "(b) at 0.0948, …").variants
+    assert [(g, w["lr"]) for g, w in top] == [("scale/inst_lr", R_TOP)] * 2
+    assert len(X.needs(ref, "I4", "(a) …").variants) == 2 * len(RATE_GRID)  # every rate, a count
+
+
+def test_a_part_underpowered_later_gets_the_next_plan_file_and_no_part_is_planned_twice(tmp_path):
+    one = X.Plan(parts=[{"claim": "F3", "part": "a"}], runs={"best/a,seed=5": "best/a"})
+    X.record_plan(tmp_path, one)
+    X.record_plan(tmp_path, X.Plan())  # nothing new: nothing written
+    assert [p.name for p in X.plan_files(tmp_path)] == [X.PLAN_FILE]
+    two = X.Plan(parts=[{"claim": "I2", "part": "b"}], runs={"scale/g/b,seed=5": "scale/g/b"},
+                 analyses={"x.csv": ["y"]})
+    X.record_plan(tmp_path, two)
+    assert [p.name for p in X.plan_files(tmp_path)] == [X.PLAN_FILE, "plan-2.json"]
+    merged = X.read_plan(tmp_path)
+    assert merged["runs"] == {**one.runs, **two.runs} and merged["analyses"] == {"x.csv": ["y"]}
+    assert X.planned(tmp_path) == {("F3", "a"), ("I2", "b")}
+    with pytest.raises(ConfigError, match="once"):  # a part's seeds are never topped up
+        X.record_plan(tmp_path, X.Plan(parts=[{"claim": "I2", "part": "b"}],
+                                       runs={"scale/g/b,seed=6": "scale/g/b"}))
 
 
 def test_a_filter_that_finds_several_variants_or_none_is_one_error(base):
@@ -78,13 +124,12 @@ def test_an_underpowered_part_without_a_plan_entry_stops_the_command(base, tmp_p
         X.make_plan(ref, P.all_claims())
 
 
-def test_extra_seeds_are_added_once(tmp_path):
-    one = X.Plan(parts=[{"claim": "F3"}], runs={"best/a,seed=5": "best/a"})
-    X._check_plan(tmp_path, one)
-    X._check_plan(tmp_path, one)  # resuming the same plan
-    assert json.loads((tmp_path / EXTRA / X.PLAN_FILE).read_text())["runs"] == one.runs
-    with pytest.raises(ConfigError, match="once"):
-        X._check_plan(tmp_path, X.Plan(parts=[{"claim": "F3"}], runs={"best/a,seed=6": "best/a"}))
+def test_extra_seeds_are_added_once(base, tmp_path):
+    """The command plans a part once: called again (resuming), it plans nothing new."""
+    ref = build(tmp_path / "reference", MASKED_SEED_4_WORSE, base=base)
+    X.record_plan(ref.root, X.make_plan(ref, P.all_claims()))
+    assert json.loads((ref.root / EXTRA / X.PLAN_FILE).read_text())["parts"][0]["claim"] == "F3"
+    assert X.make_plan(ref, P.all_claims(), X.planned(ref.root)).parts == []
 
 
 def _extra_run(root: Path, group: str, name: str, seed: int, **summary) -> None:
@@ -101,7 +146,7 @@ def _extra_run(root: Path, group: str, name: str, seed: int, **summary) -> None:
 def test_extra_seeds_rejudge_the_underpowered_part_and_leave_the_decided_one(base, tmp_path):
     root = tmp_path / "reference"
     ref = build(root, MASKED_BARELY_BETTER, base=base)
-    X._check_plan(root, X.make_plan(ref, P.all_claims()))
+    X.record_plan(root, X.make_plan(ref, P.all_claims()))
     first = core.f3(ref)
     assert [p.mark for p in first.parts] == ["~", "✓"]
     for seed in range(HEADLINE_SEEDS, MAX_SEEDS):  # masked BN better by 0.2 on every new seed
@@ -122,7 +167,7 @@ def test_a_seed_against_the_claim_keeps_the_part_underpowered_at_any_seed_count(
     """Shown needs every seed on the claimed side (the all-seeds rule, the stricter one): ten
     seeds that agree with the claim cannot outvote the one that does not."""
     root = tmp_path / "reference"
-    X._check_plan(root, X.make_plan(build(root, MASKED_SEED_4_WORSE, base=base), P.all_claims()))
+    X.record_plan(root, X.make_plan(build(root, MASKED_SEED_4_WORSE, base=base), P.all_claims()))
     for seed in range(HEADLINE_SEEDS, MAX_SEEDS):
         for norm, loss in (("batch", 2.5), ("masked_batch", 2.3)):
             _extra_run(root, "best", BEST.format(norm), seed, final_test_loss_precise_bn=loss)
@@ -141,12 +186,53 @@ def test_a_plan_partly_in_is_not_judged_on_the_seeds_it_has(base, tmp_path):
         for norm, loss in (("batch", 2.5), ("masked_batch", 2.3)):
             _extra_run(root, "best", BEST.format(norm), seed, final_test_loss_precise_bn=loss)
     assert X.judged(core.f3, Reference(root)).parts == first.parts  # no plan.json: not read
-    X._check_plan(root, X.make_plan(ref, P.all_claims()))
+    X.record_plan(root, X.make_plan(ref, P.all_claims()))
     part = X.judged(core.f3, Reference(root)).parts[0]
     assert part.mark == "~" and part.stat == f"{first.parts[0].stat}; extra seeds: 18 of 20 in"
     for norm, loss in (("batch", 2.5), ("masked_batch", 2.3)):
         _extra_run(root, "best", BEST.format(norm), MAX_SEEDS - 1, final_test_loss_precise_bn=loss)
     assert X.judged(core.f3, Reference(root)).parts[0].mark == "✓"
+
+
+def test_extra_seeds_of_a_nested_sub_sweep_rejudge_a_pre_registration_3_part(tmp_path):
+    """I2(b) underpowered on seeds 0–2 (z-loss's log Z drift at R_TOP close to Pre-LN's on seed
+    0): its plan (``plan.json`` here) asks seeds 3–9 of both at R_TOP in ``scale/inst_lr``; with
+    them in ``extra/scale/inst_lr/`` the part is judged on ten seeds, the best rates still on
+    seeds 0–2."""
+    from tests.test_instability import write_reference
+    from trainer.findings import instability as I
+
+    root = tmp_path / "reference"
+    write_reference(root)
+    group = root / "scale" / "inst_lr"
+    z_top = group / f"z-loss,lr={R_TOP},seed=0"
+    data = json.loads((z_top / "summary.json").read_text())
+    data["instruments_max"]["output/log_z_mean"] = 4.4  # Pre-LN's drift is 5.0: Δ 0.6
+    (z_top / "summary.json").write_text(json.dumps(data))
+    ref = Reference(root)
+    first = I.i2(ref)
+    assert first.parts[2].text.startswith("(b)") and first.parts[2].mark == "~"
+    plan = X.make_plan(ref, P.SCALE_CLAIMS)
+    assert [(p["claim"], p["part"][:3]) for p in plan.parts] == [("I2", "(b)")]
+    assert len(plan.runs) == 14 and all(n.startswith("scale/inst_lr/") for n in plan.runs)
+    X.record_plan(root, plan)
+    for name, source in plan.runs.items():  # the new seeds: drift as on seeds 1-2
+        seed = int(name.rsplit("=", 1)[1])
+        if seed == 9 and name.startswith("scale/inst_lr/z-loss"):  # all but one in: not judged
+            assert X.judged(I.i2, Reference(root)).parts[2].stat.endswith("19 of 20 in")
+        out = root / EXTRA / name
+        shutil.copytree(root / source, out)
+        cfg = yaml.safe_load((out / "config.yaml").read_text())
+        cfg["train"]["seed"] = seed
+        (out / "config.yaml").write_text(yaml.safe_dump(cfg))
+        data = json.loads((out / "summary.json").read_text())
+        data["instruments_max"]["output/log_z_mean"] = 5.0 if "Pre-LN" in name else 2.0
+        (out / "summary.json").write_text(json.dumps(data))
+    again = X.judged(I.i2, Reference(root))
+    assert again.parts[2].mark == "✓" and "n = 10" in again.parts[2].stat
+    assert again.parts[2].before == first.parts[2].stat
+    assert again.parts[:2] == first.parts[:2] and again.parts[3:] == first.parts[3:]
+    assert X.judged(I.i1, Reference(root)).parts == I.i1(ref).parts  # no plan: not re-read
 
 
 def test_without_extra_runs_a_claim_is_judged_as_before(base):

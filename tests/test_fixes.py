@@ -81,9 +81,8 @@ def write_deep(root: Path, lr_table=DEEP_LR, depth=DEEP_DEPTH_LOSS) -> None:
               DEEP_DEPTH_RATES, losses, INSTABILITY_SEEDS)
 
 
-@pytest.fixture(scope="module")
-def healthy(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("fixes") / "reference"
+def write_scale(root: Path) -> Path:
+    """Every sub-sweep I1–I4 read, with the healthy numbers."""
     write_inst_lr(root)
     for seed in INSTABILITY_SEEDS:  # Pre-LN at its best, with the stream's std per block
         _run(root / "scale/inst_lr" / f"Pre-LN,lr={PRE_BEST},seed={seed}",
@@ -93,6 +92,11 @@ def healthy(tmp_path_factory) -> Path:
     write_peri(root)
     write_deep(root)
     return root
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory) -> Path:
+    return write_scale(tmp_path_factory.mktemp("fixes") / "reference")
 
 
 @pytest.fixture

@@ -141,9 +141,9 @@ def _extra_seeds_arguments(p) -> None:
 
 def _extra_seeds(args) -> int:
     from trainer.findings.extra import run
-    from trainer.findings.page import all_claims
+    from trainer.findings.page import SCALE_CLAIMS, all_claims
 
-    return run(args, all_claims())
+    return run(args, all_claims() + SCALE_CLAIMS)
 
 
 def _analyze(args) -> int:
@@ -213,7 +213,7 @@ COMMANDS = {c.name: c for c in (
     Command("findings", "measure the claims on reference results -> README",
             lambda p: p.add_argument("results_dir", nargs="?", default="results/reference"),
             _findings),
-    Command("extra-seeds", "pre-registration 2's extra seeds for a setting's underpowered "
+    Command("extra-seeds", "extra seeds (pre-registration 2's rule) for a setting's underpowered "
             "parts (runs them)", _extra_seeds_arguments, _extra_seeds),
     Command("analyze", "an analysis over models or checkpoints; KIND --help for more",
             lambda p: (p.add_argument("kind", metavar="KIND", help=", ".join(ANALYSES)),

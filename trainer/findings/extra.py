@@ -9,14 +9,16 @@ judged again on all of them (results/PREREGISTRATION-REPLICATION.md, "Extra seed
 variants (each trained from its seed-0 run's own config.yaml with only ``train.seed`` changed),
 ``extra/RELPATH`` the rows of an analysis CSV for the runs ``RELPATH`` did not cover (its
 command re-run on them). ``extra/plan.json`` records which parts called for what, written
-before the first run; a later call whose plan differs is refused (seeds are added once, never
-topped up after seeing them).
+before the first run; a part is planned once, never topped up after seeing its seeds. A part
+that becomes underpowered later (a claim added or re-read since: pre-registration 3's I1–I4,
+F6 on ``scale/deep_lr``) goes into the next plan file, ``extra/plan-2.json``, … (``plan_files``),
+written before its runs; ``GROUP`` may then be a path (``scale/inst_lr``).
 
 This module holds the plan, the judging and the command; ``trainer.findings.extra_run`` the
 runner (training, reproducing, re-running analyses).
 
 ``judged(claim, ref)`` is how every claim is measured: at the pre-registered seeds first; then,
-once every run and analysis row ``extra/plan.json`` lists for a part that was underpowered is
+once every run and analysis row the plans list for a part that was underpowered is
 in, that part takes its judgement on all seeds (``Reference.with_extra``); until then it stays
 underpowered and says how much of its plan is in (so a plan committed in parts is never judged
 on some of its seeds). Parts already shown or refuted keep theirs: no optional stopping on
@@ -37,10 +39,15 @@ from pathlib import Path
 
 from trainer.config import ConfigError
 from trainer.findings.claim import BASE, Finding, claim_id
+from trainer.findings.dynamics import DEEP_LR, DEEP_POST
 from trainer.findings.extra_run import run_plan
+from trainer.findings.fixes import DEEP, PERI, POST
+from trainer.findings.instability import SCALE, VARIANTS, Grid
 from trainer.findings.reference import EXTRA, Reference
-from trainer.findings.thresholds import (DYT_RECIPE_ALPHA, EMBED_UNIT_SCALE, EXTRA_SEED_SETTINGS,
-                                         MAX_SEEDS, REPLICATED)
+from trainer.findings.thresholds import (DEEP_DEPTH, DEEP_DEPTH_RATES, DYT_RECIPE_ALPHA,
+                                         EMBED_UNIT_SCALE, EXTRA_SEED_SETTINGS, INSTABILITY_GRID,
+                                         INSTABILITY_SEEDS, MAX_SEEDS, R_POST, R_TOP, RATE_GRID,
+                                         REPLICATED)
 from trainer.rundir import analysis_output
 
 PLAN_FILE = "plan.json"
@@ -98,6 +105,68 @@ def _dyt_alphas(ref: Reference) -> tuple:
 
 _AFFINE_OFF = ("affine", dict(norm="layer", norm_affine="false", **BASE))
 
+
+# Pre-registration 3's sub-sweeps (``scale/GROUP``): a variant at given rates, and its best rate
+# by the claims' own rule (``instability.Grid``: the mean over the seeds run at every rate).
+def _scale(group: str, want: dict, *rates) -> tuple:
+    return tuple((f"{SCALE}/{group}", {**want, "lr": lr}) for lr in rates)
+
+
+def _grid(ref: Reference, group: str, want: dict, rates=INSTABILITY_GRID,
+          seeds=INSTABILITY_SEEDS):
+    return Grid(ref.below(SCALE), Finding("", "", "", ""), group, group, want, rates, seeds)
+
+
+def _every_rate(ref: Reference, group: str, *wants: dict) -> tuple:
+    """Each of ``wants`` at every rate it ran in ``scale/GROUP`` (a per-seed count or
+    sensitivity reads them all)."""
+    return tuple(v for want in wants for v in _scale(group, want, *sorted(
+        {float(ref.values(r)["lr"]) for r in ref.matching(f"{SCALE}/{group}", **want)})))
+
+
+def _inst(ref: Reference, other: str, part: str) -> Needs:
+    """I1's and I2's parts: Pre-LN against ``other`` (QK-norm, z-loss) in ``inst_lr``."""
+    pre, new = VARIANTS["Pre-LN"], VARIANTS[other]
+    best = {name: _grid(ref, "inst_lr", VARIANTS[name]).best for name in ("Pre-LN", other)}
+    return Needs({"top": _scale("inst_lr", pre, R_TOP) + _scale("inst_lr", new, R_TOP),
+                  "own": _scale("inst_lr", pre, R_TOP, best["Pre-LN"]),
+                  "best": (_scale("inst_lr", pre, best["Pre-LN"])
+                           + _scale("inst_lr", new, best[other])),
+                  "every": _every_rate(ref, "inst_lr", pre, new)}[part])
+
+
+def _peri(ref: Reference) -> Needs:
+    pre = VARIANTS["Pre-LN"]
+    return Needs(_scale("inst_lr", pre, _grid(ref, "inst_lr", pre).best)
+                 + ((f"{SCALE}/place_best", PERI),))
+
+
+def _deep(ref: Reference, part: str) -> Needs:
+    """I4's parts: Post-LN and DeepNorm in ``deep_lr`` and ``deep_depth``."""
+    post, deep = dict(POST, warmup_steps=50), dict(DEEP, warmup_steps=50)
+    if part == "rates":
+        return Needs(_every_rate(ref, "deep_lr", post, deep))
+    if part == "at":
+        return Needs(_scale("deep_lr", post, R_POST) + _scale("deep_lr", deep, R_POST))
+    if part == "cold":
+        best = _grid(ref, "deep_lr", deep, RATE_GRID).best
+        return Needs(_scale("deep_lr", dict(DEEP, warmup_steps=0), best)
+                     + _scale("deep_lr", deep, best))
+    return Needs(tuple(v for want in (post, deep) for v in _scale(
+        "deep_depth", dict(want, num_layers=DEEP_DEPTH),
+        _grid(ref, "deep_depth", dict(want, num_layers=DEEP_DEPTH), DEEP_DEPTH_RATES).best)))
+
+
+def _post_warmup(ref: Reference) -> Needs:
+    """F6's Post-LN part: in ``scale/deep_lr`` where the setting has it (the reference, since
+    pre-registration 3), each arm at its best rate; else in ``best``."""
+    if not ref.matching(f"{SCALE}/{DEEP_LR}", **DEEP_POST):
+        return Needs((_best(placement="post"), _best(placement="post", warmup=0)))
+    arms = [dict(DEEP_POST, warmup_steps=w) for w in (50, 0)]
+    return Needs(tuple(v for want in arms for v in _scale(
+        DEEP_LR, want, _grid(ref, DEEP_LR, want, RATE_GRID).best)))
+
+
 # (claim id, start of the part's text) -> Needs, or a function of the Reference giving it. Every
 # evidence part the statistics rule judges has one (tests/test_extra.py), so that a part that
 # reads underpowered in any setting has its extra seeds defined before anyone sees it.
@@ -111,8 +180,7 @@ PLAN = {
     ("F4", "collapsed at init without residual"): Needs((_best(), _best(residual="false"))),
     ("F4", "trains worse without residual"): Needs((_best(), _best(residual="false"))),
     ("F5", "stream grows without a norm"): Needs((_best(), _best("none"))),
-    ("F6", "Post-LN needs warm-up"): Needs((_best(placement="post"),
-                                            _best(placement="post", warmup=0))),
+    ("F6", "Post-LN needs warm-up"): _post_warmup,
     ("F6", "Pre-LN does not"): Needs((_best(), _best(warmup=0))),
     ("F6", "Post-LN's init gradient"): Needs(analyses=(GRAD_PROFILE,)),
     ("F7", "BN worse at small batches"): Needs((_best(), _best("batch")), (BATCH_SIZE,)),
@@ -139,6 +207,22 @@ PLAN = {
     # F18 computes LayerNorm on draws fixed in code: no run or analysis to add seeds to
     ("F18", "the lab's LayerNorm keeps"): Needs(),
     ("F19", "the scale reads better with γ/β"): Needs((_best(), _AFFINE_OFF), (STREAM,)),
+    # pre-registration 3 (results/PREREGISTRATION-SCALE.md): its parts, by their letter
+    ("I1", "(a)"): lambda ref: _inst(ref, "QK-norm", "own"),
+    ("I1", "(b)"): lambda ref: _inst(ref, "QK-norm", "top"),
+    ("I1", "(c)"): lambda ref: _inst(ref, "QK-norm", "top"),
+    ("I1", "(d)"): lambda ref: _inst(ref, "QK-norm", "every"),
+    ("I1", "(e)"): lambda ref: _inst(ref, "QK-norm", "best"),
+    ("I2", "(a)"): lambda ref: _inst(ref, "z-loss", "best"),
+    ("I2", "(b)"): lambda ref: _inst(ref, "z-loss", "top"),
+    ("I2", "(c)"): lambda ref: _inst(ref, "z-loss", "top"),
+    ("I2", "(d)"): lambda ref: _inst(ref, "z-loss", "best"),
+    ("I3", "(a)"): _peri,
+    ("I3", "(b)"): _peri,
+    ("I4", "(a)"): lambda ref: _deep(ref, "rates"),
+    ("I4", "(b)"): lambda ref: _deep(ref, "at"),
+    ("I4", "(c)"): lambda ref: _deep(ref, "cold"),
+    ("I4", "(d)"): lambda ref: _deep(ref, "depth"),
 }
 
 
@@ -244,15 +328,16 @@ def _seed_name(name: str, seed: int) -> str:
     return re.sub(r",seed=\d+$", "", name) + f",seed={seed}"
 
 
-def make_plan(ref: Reference, claims) -> Plan:
+def make_plan(ref: Reference, claims, planned=frozenset()) -> Plan:
     """Every underpowered evidence part of the setting's ``claims`` (``page.all_claims``; at the
-    pre-registered seeds only) and what it needs: new seeds of its variants up to
-    ``MAX_SEEDS``, analysis rows of the runs an analysis it reads did not cover."""
+    pre-registered seeds only) not in ``planned`` ((claim, part) pairs a recorded plan has) and
+    what it needs: new seeds of its variants up to ``MAX_SEEDS``, analysis rows of the runs an
+    analysis it reads did not cover."""
     plan = Plan()
     for claim in _claims(ref, claims):
         finding = claim(ref)
         for part in finding.parts:
-            if not part.underpowered:
+            if not part.underpowered or (finding.id, part.text) in planned:
                 continue
             need = needs(ref, finding.id, part.text)
             if need is None:
@@ -291,24 +376,57 @@ def _uncovered(ref: Reference, relpath: str, names: list[str]) -> list:
     return [n for n in names if n not in covered]
 
 
+def plan_files(root: Path) -> list[Path]:
+    """The recorded plans, in the order they were made: ``extra/plan.json``, then
+    ``extra/plan-2.json``, ``plan-3.json``, … (each written once, for the parts no earlier one
+    has: a part that became underpowered later, e.g. under pre-registration 3's claims)."""
+    later = [root / EXTRA / f"plan-{n}.json" for n in range(2, 100)]
+    return [p for p in (root / EXTRA / PLAN_FILE, *later) if p.is_file()]
+
+
 def read_plan(root: Path) -> dict:
-    """``ROOT/extra/plan.json`` ({} when there is none)."""
+    """Every recorded plan of ``ROOT/extra/`` as one ({} when there is none): their parts, runs
+    and analysis rows together."""
     from trainer.atomic import read_json
 
-    return read_json(root / EXTRA / PLAN_FILE)
+    out: dict = {}
+    for path in plan_files(root):
+        plan = read_json(path)
+        if not out:
+            out = {"max_seeds": plan["max_seeds"], "parts": [], "runs": {}, "analyses": {}}
+        out["parts"] += plan["parts"]
+        out["runs"].update(plan["runs"])
+        for relpath, todo in plan["analyses"].items():
+            have = out["analyses"].setdefault(relpath, [])
+            have += [x for x in todo if x not in have]
+    return out
 
 
-def _check_plan(root: Path, plan: Plan) -> None:
-    """Write ``extra/plan.json`` the first time; refuse a plan that differs from it."""
+def planned(root: Path) -> frozenset:
+    """The (claim, part) pairs the recorded plans have."""
+    return frozenset((p["claim"], p["part"]) for p in read_plan(root).get("parts", []))
+
+
+def record_plan(root: Path, plan: Plan) -> None:
+    """Write ``plan`` (the parts no recorded plan has) as the next plan file; nothing when it
+    has no part. A part's seeds are added once: ``make_plan`` leaves out the parts recorded."""
     from trainer.atomic import write_json
 
-    path = root / EXTRA / PLAN_FILE
-    old = read_plan(root)
-    if old and old != plan.as_json():
-        raise ConfigError(f"{path} records a different plan: extra seeds are added once "
-                          f"(pre-registration 2); remove it only if no extra run was made")
-    if not old:
-        write_json(path, plan.as_json())
+    if not plan.parts:
+        return
+    known = planned(root)
+    again = [p["part"] for p in plan.parts if (p["claim"], p["part"]) in known]
+    if again:
+        raise ConfigError(f"extra seeds: {', '.join(again)} already planned in "
+                          f"{root / EXTRA}: extra seeds are added once (pre-registration 2)")
+    n = len(plan_files(root))
+    write_json(root / EXTRA / (PLAN_FILE if n == 0 else f"plan-{n + 1}.json"), plan.as_json())
+
+
+def recorded(root: Path) -> Plan:
+    """Every recorded plan as one ``Plan`` (what the runner resumes)."""
+    data = read_plan(root)
+    return Plan(data.get("parts", []), data.get("runs", {}), data.get("analyses", {}))
 
 
 def describe(plan: Plan) -> list[str]:
@@ -339,11 +457,17 @@ def run(args: argparse.Namespace, claims) -> int:
     if not args.root.is_dir():
         raise ConfigError(f"results directory not found: {args.root}")
     ref = Reference(args.root, setting)
-    plan = make_plan(ref, claims)
-    for text in describe(plan):
-        print(text, flush=True)
-    if args.dry_run or not plan.parts:
+    plan = make_plan(ref, claims, planned(args.root))
+    if plan.parts:
+        print("new plan (parts no recorded plan has):", flush=True)
+        for text in describe(plan):
+            print(text, flush=True)
+    else:
+        print("no underpowered part lacks a plan", flush=True)
+    if args.dry_run:
         return 0
-    _check_plan(args.root, plan)
-    run_plan(ref, plan, args.parallel)
+    record_plan(args.root, plan)
+    everything = recorded(args.root)
+    if everything.parts:
+        run_plan(ref, everything, args.parallel)  # resumes: finished runs are skipped
     return 0

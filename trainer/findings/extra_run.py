@@ -1,4 +1,4 @@
-"""Pre-registration 2's extra seeds, the runner: a plan's new seeds trained into ``ROOT/extra/``
+"""The extra seeds (pre-registration 2's rule), the runner: a plan's new seeds trained into ``ROOT/extra/``
 (each from its seed-0 run's own config.yaml, only ``train.seed`` changed), the runs its
 analyses read reproduced where their checkpoints are not here, and each analysis re-run on the
 runs its CSV did not cover (``extra/RELPATH``). The plan itself, and the judging on all seeds:
@@ -28,7 +28,7 @@ def run_plan(ref: Reference, plan: Plan, parallel: int) -> None:
     root = ref.root / EXTRA
     by_group: dict = {}
     for name, source in plan.runs.items():
-        group, run = name.split("/", 1)
+        group, run = name.rsplit("/", 1)  # GROUP may be a path: scale/inst_lr
         seed = int(run.rsplit("=", 1)[1])
         base = ref.root / source / CONFIG
         variant = Variant(run, [f"train.seed={seed}"], base=base)

@@ -22,9 +22,10 @@ ones (``reproduce``'s comparison); a failed control makes every claim here incon
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from trainer.findings.claim import Finding, line
-from trainer.findings.reference import Reference
+from trainer.findings.reference import EXTRA, Reference
 from trainer.findings.thresholds import (INSTABILITY_GRID, INSTABILITY_SEEDS, LOGIT_FACTOR,
                                          LOGZ_MARGIN, LOSS_MARGIN, NULL_MARGIN, R_TOP, RATE_GRID,
                                          SENSITIVITY_MARGIN)
@@ -64,13 +65,16 @@ def final_abs_log_z(run) -> float | None:
 class Grid:
     """One variant of a rate sub-sweep (``inst_lr`` by default): its runs by rate and seed, its
     best rate, per-seed values. ``rates`` x ``seeds`` is what must have finished (more, e.g. the
-    edge rule's extensions, is read too); the best rate is on the mean over the seeds run."""
+    edge rule's extensions, is read too); the best rate, the counts and the sensitivities are on
+    ``seeds``. Extra seeds (``Reference.with_extra``: more seeds at the rates a plan names) are
+    read by the per-rate values (``at``) only."""
 
     def __init__(self, scale: Reference, finding: Finding, name: str, group: str = GROUP,
                  want: dict | None = None, rates=INSTABILITY_GRID, seeds=INSTABILITY_SEEDS):
         self.name, self.seeds = name, tuple(seeds)
         runs = scale.select(finding, group, **(VARIANTS[name] if want is None else want))
-        runs = [r for r in runs if int(r.cfg.train.seed) in self.seeds]
+        runs = [r for r in runs if int(r.cfg.train.seed) in self.seeds
+                or Path(r.name).parts[0] == EXTRA]
         finding.used.setdefault(f"{SCALE}/{group}", []).extend(runs)
         self.runs = {(float(r.cfg.train.lr), int(r.cfg.train.seed)): r for r in runs}
         self.val_bl = scale.baselines(group, "validation") or {}
@@ -83,7 +87,8 @@ class Grid:
         no_baselines = f"{SCALE}/{group}/baselines.json"
         if runs and not self.val_bl and no_baselines not in finding.missing:
             finding.missing.append(no_baselines)
-        self.variant = (lr_sweep.lr_variants(runs, self.val_bl)[0] if runs else None)
+        designed = [r for r in runs if int(r.cfg.train.seed) in self.seeds]
+        self.variant = lr_sweep.lr_variants(designed, self.val_bl)[0] if designed else None
 
     @property
     def best(self) -> float | None:

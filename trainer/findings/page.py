@@ -38,6 +38,10 @@ def all_claims() -> tuple:
             + inference.CLAIMS)
 
 
+# Pre-registration 3's claims (the reference setting's own section, after the replicated ones)
+SCALE_CLAIMS = (*instability.CLAIMS, *fixes.CLAIMS, *collapse.CLAIMS)
+
+
 def compose(ref: Reference) -> tuple[str, list[Finding]]:
     """The page of ``ref`` and the replication settings beside it, and the reference's
     findings."""
@@ -81,8 +85,9 @@ def _extra_seeds(ref: Reference) -> str:
         return rule + " No extra seeds have been run here yet."
     made = {r.name.split("/", 1)[1] for r in ref.groups.get(EXTRA, []) if r.finished}
     done = sum(name in made for name in plan["runs"])
+    files = ", ".join(f"`{EXTRA}/{p.name}`" for p in extra.plan_files(ref.root))
     return (rule + f" Here: {len(plan['parts'])} part(s), {len(plan['runs'])} new run(s), "
-            f"{done} of them made (`{EXTRA}/`, plan in `{EXTRA}/{extra.PLAN_FILE}`); a part is "
+            f"{done} of them made (`{EXTRA}/`, plans in {files}); a part is "
             "re-judged once every run and analysis row its plan lists is in, and its statistic "
             "then says \"with the extra seeds\" and gives the pre-registered seeds' after it "
             "(until then, how much of its plan is in).")
@@ -306,10 +311,11 @@ def _finding(ref, f: Finding, was: str = "", other: list[str] = ()) -> list[str]
 
 
 def scale_claims(ref) -> list[Finding]:
-    """Pre-registration 3's instability claims, judged (reference setting only; else none)."""
+    """Pre-registration 3's instability claims, judged with their extra seeds (reference setting
+    only; else none)."""
     if ref.setting != "reference":
         return []
-    return [claim(ref) for claim in (*instability.CLAIMS, *fixes.CLAIMS, *collapse.CLAIMS)]
+    return [extra.judged(claim, ref) for claim in SCALE_CLAIMS]
 
 
 def _scale_section(ref, found: list[Finding]) -> list[str]:

@@ -39,6 +39,12 @@ def _flat(path: Path) -> dict:
             for k, v in (cfg.get(section) or {}).items()}
 
 
+def _logical(run) -> tuple[str, ...]:
+    """A run's name as parts, without a leading ``extra/``: where its seeds join."""
+    parts = Path(run.name).parts
+    return parts[1:] if parts[0] == EXTRA else parts
+
+
 class Reference:
     # Sub-sweeps that are learning-rate grids (choices, read on validation), not seeds at a
     # chosen rate (verdicts, read on test).
@@ -89,8 +95,8 @@ class Reference:
         other.runs = runs
         other.groups = {}
         for run in runs:
-            other.groups.setdefault(Path(run.name).parts[1], []).append(run)
-        other._by_name = {"/".join(Path(r.name).parts[1:]): r for r in runs}
+            other.groups.setdefault(_logical(run)[1], []).append(run)
+        other._by_name = {"/".join(_logical(r)[1:]): r for r in runs}
         return other
 
     def designed(self, group: str) -> bool:
@@ -107,6 +113,9 @@ class Reference:
     def matching(self, group: str, **want) -> list:
         """Runs of sub-sweep ``group`` whose config matches ``want`` (model/data/train keys,
         values compared as lower-case strings)."""
+        if "/" in group:  # a sub-sweep below a folder: scale/inst_lr
+            head, rest = group.split("/", 1)
+            return self.below(head).matching(rest, **want)
         want = {k: str(v).lower() for k, v in want.items()}
         return [r for r in self.groups.get(group, [])
                 if all(self.values(r).get(k) == v for k, v in want.items())]
