@@ -251,3 +251,20 @@ def test_the_new_variants_are_read_from_groups_of_their_own_off_rung_64(tmp_path
             src = source(ref, width, name)
             assert (src.grid, src.best) == SCALE_GROUPS
         assert (source(ref, width, "Pre-LN").grid, source(ref, width, "Pre-LN").best) == ("lr", "best")
+
+
+def test_f6_at_d64_reads_both_post_ln_arms_where_the_f6_claim_does(tmp_path):
+    """One comparison, one reading: F6's trend cell at d = 64 takes Post-LN with and without
+    warm-up from ``scale/deep_lr`` (as ``dynamics.f6`` does at the reference); elsewhere, and
+    for Post-LN against a headline variant, ``lr``/``best``."""
+    from trainer.findings.ladder import source
+    from trainer.findings.reference import Reference
+
+    ref = Reference(tmp_path)
+    arms = ("Post-LN", "Post-LN, no warm-up")
+    for name, partner in (arms, arms[::-1]):
+        src = source(ref, 64, name, partner)
+        assert (src.ref.root.name, src.grid, src.best) == ("scale", "deep_lr", "deep_lr")
+        assert (source(ref, 128, name, partner).grid, source(ref, 128, name, partner).best) == (
+            "lr", "best")
+    assert source(ref, 64, "Post-LN, no warm-up", "Pre-LN").grid == "lr"

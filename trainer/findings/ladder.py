@@ -14,7 +14,8 @@ runs on a rung (``source``): its rate grid and its seeds at the best rate,
   ``dyt_recipe_lr``/``dyt_recipe``; the new variants: section 2's sub-sweeps under ``scale/``
   (QK-norm, z-loss: ``inst_lr``; Peri-LN: ``place_lr``/``place_best``; DeepNorm: ``deep_lr``),
   and a comparison with one of them reads its partner where I1–I4 read it (Pre-LN: ``inst_lr``;
-  Post-LN: ``deep_lr``).
+  Post-LN: ``deep_lr``); F6's Post-LN with and without warm-up both from ``deep_lr``, as F6
+  reads them there.
 
 Rules (section 1): a variant's best rate is the lowest mean validation loss over the seeds run at
 every rate (seed 0 where only it is), a tie to the lower rate; a best at an edge of the rates
@@ -48,6 +49,9 @@ DYT = "DyT (recipe)"
 SCALE_64 = {"QK-norm": ("inst_lr", "inst_lr"), "z-loss": ("inst_lr", "inst_lr"),
             "Peri-LN": ("place_lr", "place_best"), "DeepNorm": ("deep_lr", "deep_lr")}
 PARTNER_64 = {"Pre-LN": ("inst_lr", "inst_lr"), "Post-LN": ("deep_lr", "deep_lr")}
+# F6's two arms at d = 64: both in ``deep_lr`` (seeds 0–2 at every rate), where the F6 claim
+# reads them since pre-registration 3's fix; one comparison, one reading
+F6_ARMS_64 = {"Post-LN": ("deep_lr", "deep_lr"), "Post-LN, no warm-up": ("deep_lr", "deep_lr")}
 # The rates x seeds a grid must have finished before its best is read (sections 2 and 3; the
 # edge rule's extensions come on top). Rung 128's ``lr`` ran wide's grids as they were, rung
 # 256's is centred on its predictions and ``dyt_recipe_lr`` on Pre-LN's best: there, every run
@@ -105,7 +109,8 @@ def source(ref: Reference, width: int, name: str, partner: str | None = None) ->
     """Where variant ``name``'s runs are on rung ``width`` (compared with ``partner``)."""
     want = {**{k: v for k, v in DEFAULTS.items()}, **VARIANTS[name]}
     if width == REFERENCE_WIDTH:
-        groups = SCALE_64.get(name) or (PARTNER_64.get(name) if partner in SCALE_64 else None)
+        groups = (SCALE_64.get(name) or (PARTNER_64.get(name) if partner in SCALE_64 else None)
+                  or (F6_ARMS_64.get(name) if partner in F6_ARMS_64 else None))
         if groups:
             return Source(ref.below(SCALE), *groups, want, GRID_DESIGN[groups[0]])
         if name == DYT:
