@@ -244,24 +244,26 @@ def test_without_extra_runs_a_claim_is_judged_as_before(base):
 @pytest.mark.slow
 def test_a_new_seed_trains_from_its_seed_zero_runs_config(tmp_path):
     """The runner (real training, tiny model): the new run's config is its seed-0 run's with
-    only the seed changed; rerunning skips it."""
+    only the seed changed; rerunning skips it. Its sub-sweep is nested (pre-registration 3's
+    ``scale/inst_lr``): the new seed lands in ``extra/scale/inst_lr`` and joins that sub-sweep."""
     root = tmp_path / "reference"
-    train_runs(root / "best", {"norm=layer": ["runtime.xla=false", "train.lr=0.002"]})
+    train_runs(root / "scale" / "inst_lr", {"norm=layer": ["runtime.xla=false", "train.lr=0.002"]})
     ref = Reference(root)
-    plan = X.Plan(parts=[{"claim": "S"}], runs={"best/norm=layer,seed=3": "best/norm=layer"})
+    plan = X.Plan(parts=[{"claim": "I2"}],
+                  runs={"scale/inst_lr/norm=layer,seed=3": "scale/inst_lr/norm=layer"})
     XR.run_plan(ref, plan, parallel=1)
-    new = root / EXTRA / "best" / "norm=layer,seed=3"
+    new = root / EXTRA / "scale" / "inst_lr" / "norm=layer,seed=3"
     assert json.loads((new / "summary.json").read_text())["status"] == "completed"
     a, b = (OmegaConf.to_container(load_config(d / "config.yaml"))
-            for d in (root / "best" / "norm=layer", new))
+            for d in (root / "scale" / "inst_lr" / "norm=layer", new))
     assert b["train"]["seed"] == 3 and b["train"]["lr"] == 0.002
     assert a == {**b, "train": {**b["train"], "seed": a["train"]["seed"]}}
     stamp = (new / "summary.json").stat().st_mtime
     XR.run_plan(Reference(root), plan, parallel=1)
     assert (new / "summary.json").stat().st_mtime == stamp
     extra = Reference(root).with_extra()
-    assert {r.name for r in extra.groups["best"]} == {"best/norm=layer",
-                                                      "extra/best/norm=layer,seed=3"}
+    assert {r.name for r in extra.matching("scale/inst_lr")} == {
+        "scale/inst_lr/norm=layer", "extra/scale/inst_lr/norm=layer,seed=3"}
 
 
 def test_a_run_is_reproduced_for_an_analysis_until_its_reproduction_passes(tmp_path, monkeypatch):
