@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Pre-registration 3 (results/PREREGISTRATION-SCALE.md): the instability claims' sub-sweeps in the
-# reference setting (results/reference/scale/), then the model-size ladder's rung d = 32
+# reference setting (results/reference/scale/; init_ctl: pre-registration 4,
+# results/PREREGISTRATION-INIT.md), then the model-size ladder's rung d = 32
 # (results/ladder/d32/), in named parts. Each part skips finished runs and resumes unfinished
 # ones; commit each part's runs as soon as it finishes. Run from a clean checkout: the runs record
 # the commit they came from. A best part reads the best rates of its grid and refuses to start
@@ -8,16 +9,16 @@
 # (python -m trainer.findings.collapse lists them), so it runs after `deep_lr`.
 #
 # Usage: scripts/scale.sh [PART ...] [--parallel N]     (default: every part, --parallel 2)
-#   PART: inst_lr place_lr place_best deep_lr deep_depth collapse  d32_lr d32_best  findings
+#   PART: inst_lr place_lr place_best deep_lr deep_depth collapse init_ctl  d32_lr d32_best  findings
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_python.sh"
-all_parts=(inst_lr place_lr place_best deep_lr deep_depth collapse d32_lr d32_best findings)
+all_parts=(inst_lr place_lr place_best deep_lr deep_depth collapse init_ctl d32_lr d32_best findings)
 source scripts/_parts.sh "$@"  # after _python.sh: the cwd is the repository root
 sweep() { "$PYTHON" -m trainer sweep --config "$1" --out "$2" "${args[@]}"; }
 for part in "${parts[@]}"; do
   echo "== scale part: $part ($(date +%H:%M:%S))"
   case "$part" in
-    inst_lr|place_lr|place_best|deep_lr|deep_depth)
+    inst_lr|place_lr|place_best|deep_lr|deep_depth|init_ctl)
       sweep "configs/sweeps/scale/$part.yaml" "results/reference/scale/$part" ;;
     collapse)
       "$PYTHON" -m trainer.findings.collapse results/reference --run ;;

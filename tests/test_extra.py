@@ -63,12 +63,13 @@ def scale(tmp_path_factory) -> Path:
 
 
 def test_every_part_of_pre_registration_3_has_its_variants_in_the_plan(scale):
-    """I1–I4's parts, each judged on the synthetic sub-sweeps: an entry whose variants each name
+    """I1–I4's and I6's parts, each judged on the synthetic sub-sweeps: an entry whose variants each name
     one variant of a nested sub-sweep (``scale/GROUP``), at the rates the part reads."""
     ref = Reference(scale)
     found = [claim(ref) for claim in P.SCALE_CLAIMS if claim_id(claim) != "I5"]
     judged = [(f.id, p.text) for f in found for p in f.parts if not p.control and p.stat]
-    assert len(judged) == 15, judged  # I1 (a)-(e), I2 (a)-(d), I3 (a)-(b), I4 (a)-(d)
+    # I1 (a)-(e), I2 (a)-(d), I3 (a)-(b), I4 (a)-(d); pre-registration 4's I6 (a)-(c)
+    assert len(judged) == 18, judged
     for claim, text in judged:
         need = X.needs(ref, claim, text)
         assert need is not None and need.variants, (claim, text)

@@ -26,10 +26,14 @@ DEEP_LR = {("Post-LN", 50): (2.45, 2.35, 3.1, 3.1, INF),  # trains at 2 rates
            ("DeepNorm", 0): (2.45, 2.3, 2.22, 2.35, 2.7),
            ("Post-LN", 0): (2.45, 3.1, 3.1, INF, INF)}  # trains at 1 (F6 reads it)
 DEEP_DEPTH_LOSS = {"Post-LN": (2.45, 2.35, 3.1), "DeepNorm": (2.3, 2.15, 2.2)}
+# I6 (pre-registration 4): Post-LN on Xavier init, as plain Post-LN above (trains at 2 rates)
+XAVIER_LR = (2.45, 2.35, 3.1, 3.1, INF)
 # last / first block token std at the best rate
 GROWTH = {"Pre-LN": 4.0, "Peri-LN": 1.5}
 KEYS = {"Post-LN": ["model.placement=post", "model.residual=true", "model.init=normal"],
         "DeepNorm": ["model.placement=post", "model.residual=deepnorm", "model.init=xavier"],
+        "Post-LN (Xavier)": ["model.placement=post", "model.residual=true", "model.init=xavier",
+                             "train.warmup_steps=50"],
         "Peri-LN": ["model.placement=peri", "model.residual=true", "model.qk_norm=none",
                     "train.warmup_steps=50"]}
 
@@ -81,6 +85,12 @@ def write_deep(root: Path, lr_table=DEEP_LR, depth=DEEP_DEPTH_LOSS) -> None:
               DEEP_DEPTH_RATES, losses, INSTABILITY_SEEDS)
 
 
+def write_init_ctl(root: Path, losses=XAVIER_LR) -> None:
+    shutil.rmtree(root / "scale" / fixes.INIT_CTL, ignore_errors=True)
+    _grid(root / "scale" / fixes.INIT_CTL, "xavier", KEYS["Post-LN (Xavier)"], RATE_GRID, losses,
+          INSTABILITY_SEEDS)
+
+
 def write_scale(root: Path) -> Path:
     """Every sub-sweep I1–I4 read, with the healthy numbers."""
     write_inst_lr(root)
@@ -91,6 +101,7 @@ def write_scale(root: Path) -> Path:
              GROWTH["Pre-LN"])
     write_peri(root)
     write_deep(root)
+    write_init_ctl(root)
     return root
 
 
@@ -160,6 +171,30 @@ def test_an_absent_deep_depth_run_is_named(root):
     shutil.rmtree(root / "scale/deep_depth" / f"DeepNorm,lr={DEEP_DEPTH_RATES[0]},seed=1")
     i4 = fixes.i4(Reference(root))
     assert i4.verdict == "not run" and any("deep_depth" in m and "seed 1" in m for m in i4.missing)
+
+
+def test_i6_shows_when_post_ln_on_xavier_collapses_where_deepnorm_trains(healthy):
+    i6 = fixes.i6(Reference(healthy))
+    assert not i6.missing and i6.marks == "✓✓✓" and i6.verdict == "yes"
+    assert any(x.startswith("the init's own effect (described)") for x in i6.lines)
+
+
+def test_post_ln_on_xavier_as_good_as_deepnorm_refutes_i6(root):
+    """The gain is the init's: Post-LN on Xavier with DeepNorm's numbers refutes every part."""
+    write_init_ctl(root, DEEP_LR[("DeepNorm", 50)])
+    i6 = fixes.i6(Reference(root))
+    assert i6.marks == "✗✗✗" and i6.verdict == "no"
+    assert fixes.i4(Reference(root)).verdict == "yes"  # I4 is judged as pre-registered
+
+
+def test_i6_is_not_run_yet_without_its_sub_sweep_and_its_runs_are_no_collapse_originals(root):
+    from trainer.findings import collapse
+
+    write_init_ctl(root, (2.45, 2.35, INF, 3.1, INF))  # diverges at 3e-3: a failure
+    assert all("init_ctl" not in name for name, _, _ in collapse.originals(Reference(root)))
+    shutil.rmtree(root / "scale" / fixes.INIT_CTL)
+    i6 = fixes.i6(Reference(root))
+    assert i6.verdict == "not run" and any("init_ctl" in m for m in i6.missing)
 
 
 def test_f6_reads_post_ln_on_deep_lr_where_every_seed_ran_every_rate(base, tmp_path):

@@ -1,7 +1,8 @@
 """Pre-registration 3's I5: which instrument moves first when Post-LN with warm-up collapses
 (results/PREREGISTRATION-SCALE.md, section 2; thresholds in ``thresholds``).
 
-The originals: every Post-LN run (LayerNorm, residual) with warm-up at d = 64 in the reference
+The originals: every Post-LN run (LayerNorm, residual, the lab's init: pre-registration 4's Post-LN
+on Xavier init is not one) with warm-up at d = 64 in the reference
 (any sub-sweep, ``scale/deep_lr`` included) and in the python setting that *fails* at rate 0.003
 or 0.00316: diverged, or its final validation loss at the unigram plateau (``at_plateau``, the
 setting's validation baselines). Each is rerun with ``train.eval_every`` =
@@ -65,7 +66,8 @@ def originals(ref: Reference) -> list[tuple[str, object, dict | None]]:
         for run in sref.runs:
             values = sref.values(run)
             if (run.name.startswith(f"{SCALE}/{GROUP}/") or values.get("lr") not in RATES
-                    or any(values.get(k) != v for k, v in POST_WARM.items())):
+                    or any(values.get(k) != v for k, v in POST_WARM.items())
+                    or values.get("init", "normal") != "normal"):  # pre-registration 4's control
                 continue
             same = (setting, tuple(sorted(values.items())))  # best's seed 0 is lr's run, copied
             if fails(run, baselines) and same not in seen:

@@ -41,7 +41,7 @@ from trainer.config import ConfigError
 from trainer.findings.claim import BASE, Finding, claim_id
 from trainer.findings.dynamics import DEEP_LR, DEEP_POST
 from trainer.findings.extra_run import run_plan
-from trainer.findings.fixes import DEEP, PERI, POST
+from trainer.findings.fixes import DEEP, INIT_CTL, PERI, POST
 from trainer.findings.instability import SCALE, VARIANTS, Grid
 from trainer.findings.reference import EXTRA, Reference
 from trainer.findings.thresholds import (DEEP_DEPTH, DEEP_DEPTH_RATES, DYT_RECIPE_ALPHA,
@@ -157,6 +157,17 @@ def _deep(ref: Reference, part: str) -> Needs:
         _grid(ref, "deep_depth", dict(want, num_layers=DEEP_DEPTH), DEEP_DEPTH_RATES).best)))
 
 
+def _init_ctl(ref: Reference, part: str) -> Needs:
+    """I6's parts: Post-LN on Xavier init (``init_ctl``) against DeepNorm (``deep_lr``)."""
+    xavier, deep = dict(POST, init="xavier", warmup_steps=50), dict(DEEP, warmup_steps=50)
+    if part == "rates":
+        return Needs(_every_rate(ref, INIT_CTL, xavier) + _every_rate(ref, "deep_lr", deep))
+    if part == "at":
+        return Needs(_scale(INIT_CTL, xavier, R_POST) + _scale("deep_lr", deep, R_POST))
+    return Needs(_scale(INIT_CTL, xavier, _grid(ref, INIT_CTL, xavier, RATE_GRID).best)
+                 + _scale("deep_lr", deep, _grid(ref, "deep_lr", deep, RATE_GRID).best))
+
+
 def _post_warmup(ref: Reference) -> Needs:
     """F6's Post-LN part: in ``scale/deep_lr`` where the setting has it (the reference, since
     pre-registration 3), each arm at its best rate; else in ``best``."""
@@ -223,6 +234,10 @@ PLAN = {
     ("I4", "(b)"): lambda ref: _deep(ref, "at"),
     ("I4", "(c)"): lambda ref: _deep(ref, "cold"),
     ("I4", "(d)"): lambda ref: _deep(ref, "depth"),
+    # pre-registration 4 (results/PREREGISTRATION-INIT.md)
+    ("I6", "(a)"): lambda ref: _init_ctl(ref, "at"),
+    ("I6", "(b)"): lambda ref: _init_ctl(ref, "rates"),
+    ("I6", "(c)"): lambda ref: _init_ctl(ref, "best"),
 }
 
 

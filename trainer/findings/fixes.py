@@ -1,4 +1,5 @@
 """Pre-registration 3's claims on the field's placement fixes: I3 (Peri-LN) and I4 (DeepNorm),
+and pre-registration 4's I6 (DeepNorm against Post-LN on the same Xavier init),
 judged on sub-sweeps under ``results/reference/scale/`` (results/PREREGISTRATION-SCALE.md,
 section 2; thresholds in ``thresholds``). The rules are ``instability``'s: best rate on the mean
 of the seeds run at every rate (seed 0 alone where only seed 0 runs every rate), a best at an
@@ -31,6 +32,7 @@ from trainer.results.rule import compare, not_worse
 
 PERI = dict(placement="peri", norm="layer", qk_norm="none", residual="true", warmup_steps=50)
 DEEP = dict(placement="post", norm="layer", residual="deepnorm", init="xavier")
+INIT_CTL = "init_ctl"  # pre-registration 4: Post-LN on Xavier init (I6)
 
 
 def i3(ref: Reference) -> Finding:
@@ -112,4 +114,48 @@ def i4(ref: Reference) -> Finding:
     return f
 
 
-CLAIMS = (i3, i4)
+def i6(ref: Reference) -> Finding:
+    """Pre-registration 4 (results/PREREGISTRATION-INIT.md): DeepNorm against Post-LN on the same
+    Xavier init (``init_ctl``: DeepNorm with α = β = 1)."""
+    f = Finding("I6", """DeepNorm's gain is its α and β, not its Xavier init: with the same init,
+                plain Post-LN still trains worse and at fewer rates (Wang et al. 2022)""",
+                f"""Post-LN on Xavier init and DeepNorm (Xavier, α = (2L)^¼, β = (8L)^-¼), warm-up
+                50, at every rate of the reference grid, seeds 0–2: validation loss at
+                {R_POST:g}, the rates at which each trains, test loss at each one's best""",
+                f"""Post-LN on Xavier no worse at {R_POST:g} by {LOSS_MARGIN:g}, training at as many
+                rates, and no worse at its best: then what I4 credits to DeepNorm is its
+                init's""")
+    scale = ref.below(SCALE)
+    seeds = INSTABILITY_SEEDS
+    xavier = Grid(scale, f, "Post-LN (Xavier)", INIT_CTL, dict(POST, init="xavier", warmup_steps=50),
+                  RATE_GRID, seeds)
+    if f.missing:
+        return f
+    deep = Grid(scale, f, "DeepNorm", "deep_lr", dict(DEEP, warmup_steps=50), RATE_GRID, seeds)
+    post = Grid(scale, f, "Post-LN (the lab's init)", "deep_lr", dict(POST, warmup_steps=50),
+                RATE_GRID, seeds)
+    if f.missing:
+        return f
+    count = {g.name: g.trains_count(RATE_GRID) for g in (xavier, deep)}
+    f.lines += [f"{g.name}: {lr_sweep_line(g)}" for g in (xavier, deep, post)]
+    f.lines += [line(f"rates of {len(RATE_GRID)} at which {n} trains", c) for n, c in count.items()]
+    f.lines.append(line(f"the init's own effect (described): Post-LN on Xavier − on the lab's "
+                        f"init, validation loss at {R_POST:g}",
+                        _minus(xavier.val(R_POST), post.val(R_POST))))
+    f.evidence(f"(a) at {R_POST:g}, Post-LN (Xavier)'s validation loss worse than DeepNorm's by "
+               f"{LOSS_MARGIN:g}", compare(xavier.val(R_POST), deep.val(R_POST), LOSS_MARGIN))
+    f.evidence(f"(b) DeepNorm trains at more rates than Post-LN (Xavier) (per seed, margin "
+               f"{RATES_MARGIN:g})", compare(count["DeepNorm"], count[xavier.name], RATES_MARGIN))
+    _at_best(f, f"(c) Post-LN (Xavier)'s test loss worse than DeepNorm's by {LOSS_MARGIN:g}, each "
+             "at its best", (xavier, deep),
+             lambda x, d: compare(x.test(x.best), d.test(d.best), LOSS_MARGIN))
+    return f
+
+
+def _minus(a: dict, b: dict) -> dict:
+    """Seed -> a − b, on the seeds both have."""
+    return {s: a[s] - b[s] for s in sorted(a.keys() & b.keys())
+            if a[s] is not None and b[s] is not None}
+
+
+CLAIMS = (i3, i4, i6)

@@ -198,7 +198,8 @@ SCALE_TITLES = {"I1": "QK-norm bounds Pre-LN's attention logits at high rates, a
                 "I2": "the z-loss keeps log Z near 0 and the loss at high rates",
                 "I3": "Peri-LN's stream grows less with depth than Pre-LN's, at no cost",
                 "I4": "DeepNorm trains Post-LN where it collapses, without warm-up",
-                "I5": "which instrument moves first in Post-LN's warm-up collapse"}
+                "I5": "which instrument moves first in Post-LN's warm-up collapse",
+                "I6": "DeepNorm's gain is its α and β, not its Xavier init (pre-registration 4)"}
 
 
 def scale_summary(found: list[Finding]) -> list[str]:
@@ -328,7 +329,9 @@ def _scale_section(ref, found: list[Finding]) -> list[str]:
              "their runs, judged by the same statistics rule on sub-sweeps of "
              f"`results/{ref.root.name}/{instability.SCALE}/` (`configs/sweeps/scale/`); "
              "`trainer/findings/instability.py` (I1, I2), `fixes.py` (I3, I4) and `collapse.py` (I5) "
-             "read them.", "",
+             "read them. I6 was added by [pre-registration 4](PREREGISTRATION-INIT.md), before "
+             "its runs (`scale/init_ctl`): Post-LN on DeepNorm's Xavier init, the control I4 "
+             "lacks.", "",
              "| id | claim | verdict | it would have been false if |", "|---|---|---|---|"]
     lines += [f"| [{f.id}](#{f.id.lower()}) | {_cell(f.claim)} | {VERDICTS[f.verdict]} | "
               f"{_cell(f.falsifier)} |" for f in found]
