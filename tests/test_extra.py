@@ -20,6 +20,7 @@ from tests.reference_fixture import build, changing
 from trainer.config import ConfigError, load_config
 from trainer.findings import core
 from trainer.findings import extra as X
+from trainer.findings import extra_plan as XP
 from trainer.findings import extra_run as XR
 from trainer.findings import page as P
 from trainer.findings.claim import BN_NORMS, claim_id
@@ -41,14 +42,14 @@ def test_every_part_the_statistics_rule_judges_has_its_variants_in_the_plan(base
     judged = [(f.id, p.text) for f in healthy.values() for p in f.parts if not p.control and p.stat]
     assert len(judged) > 25
     for claim, text in judged:
-        need = X.needs(ref, claim, text)
+        need = XP.needs(ref, claim, text)
         assert need is not None, (claim, text)
         for group, want in need.variants:
             assert X._variant(ref, group, want), (claim, group, want)  # one variant, not several
         for relpath in need.analyses:
             assert (base / relpath).is_file(), relpath
     # and no entry is stale: each names a part some claim has (pre-registration 3's: below)
-    for claim, start in X.PLAN:
+    for claim, start in XP.PLAN:
         assert claim.startswith("I") or any(c == claim and t.startswith(start)
                                             for c, t in judged), (claim, start)
 
@@ -71,15 +72,15 @@ def test_every_part_of_pre_registration_3_has_its_variants_in_the_plan(scale):
     # I1 (a)-(e), I2 (a)-(d), I3 (a)-(b), I4 (a)-(d); pre-registration 4's I6 (a)-(c)
     assert len(judged) == 18, judged
     for claim, text in judged:
-        need = X.needs(ref, claim, text)
+        need = XP.needs(ref, claim, text)
         assert need is not None and need.variants, (claim, text)
         for group, want in need.variants:
             assert group.startswith("scale/") and X._variant(ref, group, want), (claim, want)
-    assert {k for k in X.PLAN if k[0].startswith("I")} == {
+    assert {k for k in XP.PLAN if k[0].startswith("I")} == {
         (c, t[:3]) for c, t in judged}  # no stale entry either
-    top = X.needs(ref, "I2", "(b) at 0.0948, …").variants
+    top = XP.needs(ref, "I2", "(b) at 0.0948, …").variants
     assert [(g, w["lr"]) for g, w in top] == [("scale/inst_lr", R_TOP)] * 2
-    assert len(X.needs(ref, "I4", "(a) …").variants) == 2 * len(RATE_GRID)  # every rate, a count
+    assert len(XP.needs(ref, "I4", "(a) …").variants) == 2 * len(RATE_GRID)  # every rate, a count
 
 
 def test_a_part_underpowered_later_gets_the_next_plan_file_and_no_part_is_planned_twice(tmp_path):
@@ -120,7 +121,7 @@ def test_the_plan_asks_ten_seeds_for_the_underpowered_parts_only(base, tmp_path)
 def test_an_underpowered_part_without_a_plan_entry_stops_the_command(base, tmp_path,
                                                                        monkeypatch):
     ref = build(tmp_path / "reference", MASKED_SEED_4_WORSE, base=base)
-    monkeypatch.setattr(X, "PLAN", {k: v for k, v in X.PLAN.items() if k[0] != "F3"})
+    monkeypatch.setattr(XP, "PLAN", {k: v for k, v in XP.PLAN.items() if k[0] != "F3"})
     with pytest.raises(ConfigError, match="F3's part 'masked BN ends better'"):
         X.make_plan(ref, P.all_claims())
 
@@ -305,9 +306,9 @@ def test_the_runs_the_analyses_read_are_reproduced_once_in_parallel(tmp_path, mo
         shutil.rmtree(path / "checkpoints")  # as committed: results keep no checkpoints
     monkeypatch.chdir(tmp_path)  # runs/ckpt/ is under the working directory
     (root / EXTRA / "analysis").mkdir(parents=True)
-    (root / EXTRA / X.DECODE).write_text("run\n")  # written already: its runs are not needed
-    plan = X.Plan(analyses={X.STREAM: ["best/layer"], X.BATCH_SIZE: ["best/layer"],
-                            X.DECODE: ["best/none"]})
+    (root / EXTRA / XP.DECODE).write_text("run\n")  # written already: its runs are not needed
+    plan = X.Plan(analyses={XP.STREAM: ["best/layer"], XP.BATCH_SIZE: ["best/layer"],
+                            XP.DECODE: ["best/none"]})
     XR._reproduce_for_analyses(Reference(root), plan, parallel=2)
     made = sorted(p.parent.name for p in Path("runs/ckpt").rglob("reproduce.json"))
     assert made == ["layer"]
