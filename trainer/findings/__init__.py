@@ -25,7 +25,8 @@ package's ``thresholds`` imports them under the same names.
 - ``recipes``: each variant against its source paper and code, the lab's deviations and why;
 - ``replication``: the claims judged in every setting of pre-registration 2, the claim ×
   setting table, each setting's headline variants, "What we found"; ``headline``: its figure;
-- ``extra``: pre-registration 2's extra seeds for underpowered parts (the plan, the
-  ``extra-seeds`` command, each claim judged with them); ``extra_run``: its runner (the new
-  seeds trained, checkpoints reproduced, analyses re-run).
+- ``extra``: extra seeds for underpowered parts, pre-registration 2's rule (the plan files, the
+  ``extra-seeds`` command, each claim judged with them); ``extra_plan``: which runs each part
+  reads; ``extra_run``: its runner (the new seeds trained, checkpoints reproduced, analyses
+  re-run).
 """
