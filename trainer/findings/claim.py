@@ -188,5 +188,12 @@ def fmt_seeds(values: dict, log: bool = False) -> str:
     return f"{iv if iv else 'n/a'} (per seed: {per})"
 
 
+def seed_difference(a: dict, b: dict) -> dict:
+    """Seed -> a − b, on the seeds where both have a value (described beside a claim, not judged:
+    ``rule.paired`` is the judged difference)."""
+    return {s: a[s] - b[s] for s in sorted(a.keys() & b.keys())
+            if a[s] is not None and b[s] is not None}
+
+
 def line(name: str, values: dict, log: bool = False) -> str:
     return f"{name}: {fmt_seeds(values, log)}"

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainer.findings.claim import BASE, Finding, all_of, any_of, fmt_seeds, line
+from trainer.findings.claim import (BASE, Finding, all_of, any_of, fmt_seeds, line,
+                                    seed_difference)
 from trainer.findings.core import GROUP
 from trainer.findings.instability import SCALE, Grid, lr_sweep_line
 from trainer.findings.lr import describe, variant as lr_variant
@@ -209,8 +210,7 @@ def f6(ref: Reference) -> Finding:
                 f.lines.append(f"{a.name}: {a.why}")
         cold, warm = arms[p][COLD].test, arms[p][WARM].test
         f.lines.append(line(f"{p}-LN, test loss without warm-up minus with it",
-                            {s: cold[s] - warm[s] for s in sorted(cold.keys() & warm.keys())
-                             if cold[s] is not None and warm[s] is not None}))
+                            seed_difference(cold, warm)))
         if arms[p][WARM].count is None:
             f.lines.append(f"{p}-LN: one seed ran every rate, so whether it trains at fewer rates "
                            "is not evidence (pre-registration 3)")

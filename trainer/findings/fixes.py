@@ -21,7 +21,7 @@ difference over ``RATE_GRID`` with margin ``RATES_MARGIN``.
 
 from __future__ import annotations
 
-from trainer.findings.claim import Finding, line
+from trainer.findings.claim import Finding, line, seed_difference
 from trainer.findings.dynamics import DEEP_POST as POST, stream_growth
 from trainer.findings.instability import SCALE, Grid, lr_sweep_line
 from trainer.findings.reference import Reference
@@ -141,7 +141,7 @@ def i6(ref: Reference) -> Finding:
     f.lines += [line(f"rates of {len(RATE_GRID)} at which {n} trains", c) for n, c in count.items()]
     f.lines.append(line(f"the init's own effect (described): Post-LN on Xavier − on the lab's "
                         f"init, validation loss at {R_POST:g}",
-                        _minus(xavier.val(R_POST), post.val(R_POST))))
+                        seed_difference(xavier.val(R_POST), post.val(R_POST))))
     f.evidence(f"(a) at {R_POST:g}, Post-LN (Xavier)'s validation loss worse than DeepNorm's by "
                f"{LOSS_MARGIN:g}", compare(xavier.val(R_POST), deep.val(R_POST), LOSS_MARGIN))
     f.evidence(f"(b) DeepNorm trains at more rates than Post-LN (Xavier) (per seed, margin "
@@ -150,12 +150,6 @@ def i6(ref: Reference) -> Finding:
              "at its best", (xavier, deep),
              lambda x, d: compare(x.test(x.best), d.test(d.best), LOSS_MARGIN))
     return f
-
-
-def _minus(a: dict, b: dict) -> dict:
-    """Seed -> a − b, on the seeds both have."""
-    return {s: a[s] - b[s] for s in sorted(a.keys() & b.keys())
-            if a[s] is not None and b[s] is not None}
 
 
 CLAIMS = (i3, i4, i6)
