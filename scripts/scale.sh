@@ -6,13 +6,17 @@
 # ones; commit each part's runs as soon as it finishes. Run from a clean checkout: the runs record
 # the commit they came from. A best part reads the best rates of its grid and refuses to start
 # without it; `collapse` reruns the failing Post-LN warm-up runs that the committed runs name
-# (python -m trainer.findings.collapse lists them), so it runs after `deep_lr`.
+# (python -m trainer.findings.collapse lists them), so it runs after `deep_lr`. A part named
+# SUB_extN is the edge rule's Nth step on sub-sweep SUB (configs/sweeps/scale/SUB_extN.yaml,
+# which says why it runs): its runs go into SUB's directory, named as SUB's runs are.
 #
 # Usage: scripts/scale.sh [PART ...] [--parallel N]     (default: every part, --parallel 2)
-#   PART: inst_lr place_lr place_best deep_lr deep_depth collapse init_ctl  d32_lr d32_best  findings
+#   PART: inst_lr place_lr place_lr_ext1 place_lr_ext2 place_best deep_lr deep_depth
+#         deep_depth_ext1 collapse init_ctl  d32_lr d32_best  findings
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_python.sh"
-all_parts=(inst_lr place_lr place_best deep_lr deep_depth collapse init_ctl d32_lr d32_best findings)
+all_parts=(inst_lr place_lr place_lr_ext1 place_lr_ext2 place_best deep_lr deep_depth deep_depth_ext1
+           collapse init_ctl d32_lr d32_best findings)
 source scripts/_parts.sh "$@"  # after _python.sh: the cwd is the repository root
 sweep() { "$PYTHON" -m trainer sweep --config "$1" --out "$2" "${args[@]}"; }
 for part in "${parts[@]}"; do
@@ -20,6 +24,8 @@ for part in "${parts[@]}"; do
   case "$part" in
     inst_lr|place_lr|place_best|deep_lr|deep_depth|init_ctl)
       sweep "configs/sweeps/scale/$part.yaml" "results/reference/scale/$part" ;;
+    *_ext[0-9]*)  # the edge rule's steps: into the sub-sweep they extend
+      sweep "configs/sweeps/scale/$part.yaml" "results/reference/scale/${part%_ext*}" ;;
     collapse)
       "$PYTHON" -m trainer.findings.collapse results/reference --run ;;
     d32_lr)
