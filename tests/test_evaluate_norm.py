@@ -128,7 +128,7 @@ BASE = {"unigram": 5.0, "bigram": 4.0}  # "trains": below 4.0; the plateau: with
 
 
 def test_the_edge_rule_extends_an_open_edge_by_one_step_until_spent():
-    from trainer.evaluate.ladder import next_rate
+    from trainer.edge_rule import next_rate
     from trainer.findings.thresholds import MAX_EXTENSIONS, RATE_GRID, RATE_STEP
 
     grid = dict(zip(RATE_GRID, (3.0, 2.8, 2.6, 2.4, 2.2)))  # best at the highest rate

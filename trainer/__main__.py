@@ -54,6 +54,9 @@ def _sweep_arguments(p) -> None:
     p.add_argument("--no-reuse", action="store_true",
                    help="one process per variant (default: --parallel worker processes "
                    "that run variants in turn, starting Python and TensorFlow once each)")
+    p.add_argument("--edge-rule", action="store_true",
+                   help="a learning-rate sweep: after the grid, extend each variant's rates by "
+                   "x/÷ 3.16 until its best rate is not at an open edge (trainer/edge_rule.py)")
     p.add_argument("overrides", nargs="*", metavar="[SPEC] key=value",
                    help="the sweep spec (when not --config), then dotted overrides applied to "
                    "every variant")
@@ -76,7 +79,7 @@ def _sweep(args) -> None:
     args.config, args.overrides = sweep_spec(args.config, args.overrides)
     root = run_sweep(args.config, args.out, args.parallel, args.overrides, args.launcher,
                      wait=not args.no_wait, wait_limit_s=args.wait_limit,
-                     reuse=not args.no_reuse)
+                     reuse=not args.no_reuse, edge_rule=args.edge_rule)
     print((root / SUMMARY_MD).read_text())
 
 

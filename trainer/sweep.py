@@ -169,8 +169,11 @@ def _hparams_config(root: Path, spec: SweepSpec) -> None:
 
 def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
               extra: list[str] = (), launcher: str = "local", wait: bool = True,
-              wait_limit_s: float = 24 * 3600, reuse: bool = True) -> Path:
-    """Run every variant of the sweep into ``out_dir`` and write its summary table.
+              wait_limit_s: float = 24 * 3600, reuse: bool = True, edge_rule: bool = False
+              ) -> Path:
+    """Run every variant of the sweep into ``out_dir`` and write its summary table; with
+    ``edge_rule`` (a learning-rate sweep), then each variant's edge-rule steps
+    (:mod:`trainer.edge_rule`) until no best rate sits at an open edge.
 
     ``launcher``: local (``parallel`` processes here), submitit (SLURM when the cluster has
     it, one job per variant), or submitit-local (the same jobs as local processes). ``reuse``
@@ -186,6 +189,10 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     spec, base = load_spec(spec_path)
     name = spec.name or Path(spec_path).stem
     root = Path(out_dir) if out_dir else Path("results") / name
+    if edge_rule:
+        from trainer import edge_rule as rule
+
+        rule.check(spec, spec_path)
     variants, configs, notes = resolve_variants(spec, Path(spec_path), base, extra)
     import_tensorflow_quietly()  # only now: a bad spec or override fails in a second
     for note in notes:
@@ -194,6 +201,10 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     _hparams_config(root, spec)
     ended = run_variants(root, name, base, variants, configs, parallel, extra, launcher, wait,
                          wait_limit_s, reuse, spec.launcher_params)
+    if edge_rule and not ended["failed"]:
+        ended["failed"] = rule.extend(spec_path, root, parallel, extra, launcher=launcher,
+                                      wait=wait, wait_limit_s=wait_limit_s, reuse=reuse,
+                                      launcher_params=spec.launcher_params)[1]
     with writing("sweep tables", root):
         summarize(root)
     if ended["failed"]:

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from trainer import rundir
 from trainer.evaluate import protocol
-from trainer.findings.thresholds import MAX_EXTENSIONS, RATE_GRID, RATE_STEP
+from trainer.edge_rule import next_rate
+from trainer.findings.thresholds import RATE_GRID
 from trainer.results import lr_sweep
-from trainer.results.baselines import at_plateau
 from trainer.results.metrics import final_test_loss
 
 RUNGS = {32: "configs/settings/d32.yaml", 64: "configs/reference.yaml",
@@ -40,28 +40,6 @@ def rung_budget(width: int) -> protocol.Budget:
     it), Pre-LN's runs read from the committed ladder."""
     return protocol.Budget(f"ladder d = {width}", protocol.ROOT / RUNGS[width], (), RATE_GRID,
                            protocol.ROOT / "results", "hours (docs/cli.md)")
-
-
-def _sig3(x: float) -> float:
-    return float(f"{x:.3g}")
-
-
-def next_rate(v: lr_sweep.LRVariant | None, baselines: dict | None, grid=RATE_GRID) -> float | None:
-    """The edge rule (pre-registration 3, section 1): when ``v``'s best rate is the lowest or
-    the highest rate tried, and it neither diverged nor sits at the unigram plateau (either
-    closes that edge), the rate one ``RATE_STEP`` beyond it (three significant digits), while
-    fewer than ``MAX_EXTENSIONS`` rates lie beyond ``grid`` on that side. None when the best is
-    inside, the edge is closed or the extensions are spent."""
-    if v is None or v.best is None or v.edge not in ("lowest", "highest"):
-        return None
-    if at_plateau(v.best_loss, baselines):
-        return None
-    tried = [p.lr for p in v.points if p.tried]
-    if v.edge == "highest":
-        beyond = [x for x in tried if x > max(grid) * 1.001]
-        return None if len(beyond) >= MAX_EXTENSIONS else _sig3(max(tried) * RATE_STEP)
-    beyond = [x for x in tried if x < min(grid) / 1.001]
-    return None if len(beyond) >= MAX_EXTENSIONS else _sig3(min(tried) / RATE_STEP)
 
 
 def run_rung(norm: str, budget: protocol.Budget, out: Path, seeds: int, parallel: int,
