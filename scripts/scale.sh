@@ -8,7 +8,9 @@
 # without it; `collapse` reruns the failing Post-LN warm-up runs that the committed runs name
 # (python -m trainer.findings.collapse lists them), so it runs after `deep_lr`. A part named
 # SUB_extN is the edge rule's Nth step on sub-sweep SUB (configs/sweeps/scale/SUB_extN.yaml,
-# which says why it runs): its runs go into SUB's directory, named as SUB's runs are.
+# which says why it runs): its runs go into SUB's directory, named as SUB's runs are. Those
+# steps were written by hand; the ladder's grids take theirs from `sweep --edge-rule`, which
+# finds them by those names too.
 #
 # Usage: scripts/scale.sh [PART ...] [--parallel N]     (default: every part, --parallel 2)
 #   PART: inst_lr place_lr place_lr_ext1 place_lr_ext2 place_best deep_lr deep_depth
@@ -18,7 +20,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/_python.sh"
 all_parts=(inst_lr place_lr place_lr_ext1 place_lr_ext2 place_best deep_lr deep_depth deep_depth_ext1
            collapse init_ctl d32_lr d32_best findings)
 source scripts/_parts.sh "$@"  # after _python.sh: the cwd is the repository root
-sweep() { "$PYTHON" -m trainer sweep --config "$1" --out "$2" "${args[@]}"; }
+sweep() { "$PYTHON" -m trainer sweep --config "$1" --out "$2" "${@:3}" "${args[@]}"; }
 for part in "${parts[@]}"; do
   echo "== scale part: $part ($(date +%H:%M:%S))"
   case "$part" in
@@ -28,11 +30,11 @@ for part in "${parts[@]}"; do
       sweep "configs/sweeps/scale/$part.yaml" "results/reference/scale/${part%_ext*}" ;;
     collapse)
       "$PYTHON" -m trainer.findings.collapse results/reference --run ;;
-    d32_lr)
+    d32_lr)  # seed 0 at RATE_GRID, then the edge rule (sweep --edge-rule) before any best
       d=configs/sweeps/ladder/d32
-      sweep "$d/lr.yaml" results/ladder/d32/lr
-      sweep "$d/lr_dyt.yaml" results/ladder/d32/lr
-      sweep "$d/lr_scale.yaml" results/ladder/d32/scale_lr ;;
+      sweep "$d/lr.yaml" results/ladder/d32/lr --edge-rule
+      sweep "$d/lr_dyt.yaml" results/ladder/d32/lr --edge-rule
+      sweep "$d/lr_scale.yaml" results/ladder/d32/scale_lr --edge-rule ;;
     d32_best)
       d=configs/sweeps/ladder/d32
       sweep "$d/best.yaml" results/ladder/d32/best
