@@ -9,8 +9,9 @@
 # (python -m trainer.findings.collapse lists them), so it runs after `deep_lr`. A part named
 # SUB_extN is the edge rule's Nth step on sub-sweep SUB (configs/sweeps/scale/SUB_extN.yaml,
 # which says why it runs): its runs go into SUB's directory, named as SUB's runs are. Those
-# steps were written by hand; the ladder's grids take theirs from `sweep --edge-rule`, which
-# finds them by those names too.
+# steps were written by hand before `sweep --edge-rule` (trainer/edge_rule.py) existed; every
+# rate grid now runs with it, and it finds those steps' runs by their names, so rerunning a
+# part asks for exactly the steps that are still missing.
 #
 # Usage: scripts/scale.sh [PART ...] [--parallel N]     (default: every part, --parallel 2)
 #   PART: inst_lr place_lr place_lr_ext1 place_lr_ext2 place_best deep_lr deep_depth
@@ -24,7 +25,9 @@ sweep() { "$PYTHON" -m trainer sweep --config "$1" --out "$2" "${@:3}" "${args[@
 for part in "${parts[@]}"; do
   echo "== scale part: $part ($(date +%H:%M:%S))"
   case "$part" in
-    inst_lr|place_lr|place_best|deep_lr|deep_depth|init_ctl)
+    inst_lr|place_lr|deep_lr|deep_depth|init_ctl)  # rate grids: then the edge rule's steps
+      sweep "configs/sweeps/scale/$part.yaml" "results/reference/scale/$part" --edge-rule ;;
+    place_best)
       sweep "configs/sweeps/scale/$part.yaml" "results/reference/scale/$part" ;;
     *_ext[0-9]*)  # the edge rule's steps: into the sub-sweep they extend
       sweep "configs/sweeps/scale/$part.yaml" "results/reference/scale/${part%_ext*}" ;;
