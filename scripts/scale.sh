@@ -15,11 +15,15 @@
 #
 # Usage: scripts/scale.sh [PART ...] [--parallel N]     (default: every part, --parallel 2)
 #   PART: inst_lr place_lr place_lr_ext1 place_lr_ext2 place_best deep_lr deep_depth
-#         deep_depth_ext1 collapse init_ctl  d32_lr d32_best  findings
+#         deep_depth_ext1 collapse init_ctl  d32_lr d32_best  wide_edge  findings
+# wide_edge: section 3's "wide included": the edge rule's steps on the wide setting's rate grids
+# (seed 0, into results/replication/wide/lr). Its `best` runs sit at the old best rates under
+# names without the rate, so seeds at a moved best need a directory of their own (not designed
+# yet); `sweep` refuses a run directory whose config differs, so nothing committed is touched.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/_python.sh"
 all_parts=(inst_lr place_lr place_lr_ext1 place_lr_ext2 place_best deep_lr deep_depth deep_depth_ext1
-           collapse init_ctl d32_lr d32_best findings)
+           collapse init_ctl d32_lr d32_best wide_edge findings)
 source scripts/_parts.sh "$@"  # after _python.sh: the cwd is the repository root
 sweep() { "$PYTHON" -m trainer sweep --config "$1" --out "$2" "${@:3}" "${args[@]}"; }
 for part in "${parts[@]}"; do
@@ -43,6 +47,10 @@ for part in "${parts[@]}"; do
       sweep "$d/best.yaml" results/ladder/d32/best
       sweep "$d/best_dyt.yaml" results/ladder/d32/best
       sweep "$d/best_scale.yaml" results/ladder/d32/scale_best ;;
+    wide_edge)
+      w=configs/sweeps/replication/wide
+      sweep "$w/lr.yaml" results/replication/wide/lr --edge-rule
+      sweep "$w/lr_dyt.yaml" results/replication/wide/lr --edge-rule ;;
     findings)
       "$PYTHON" -m trainer findings results/reference > /dev/null && echo "wrote results/README.md" ;;
     *) echo "error: unknown part '$part'" >&2; exit 2 ;;
