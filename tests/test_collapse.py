@@ -99,6 +99,9 @@ def test_a_rerun_that_does_not_reproduce_is_dropped_and_named(root):
     i5 = collapse.i5(Reference(root))
     control = next(p for p in i5.parts if p.control)
     assert not control.shown and NAME in control.text and i5.verdict == "inconclusive"
+    assert "beyond the tolerance at step" in control.text  # which curve, where
+    (line,) = [x for x in i5.lines if "dropped by the control, not counted" in x]
+    assert line.startswith(NAME) and "first: attention logits" in line  # shown, not counted
 
 
 def test_no_failing_original_cannot_be_judged(root):
