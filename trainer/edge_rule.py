@@ -7,8 +7,8 @@ edge, at most ``MAX_EXTENSIONS`` times per side. An edge rate that diverged or s
 plateau closes that edge (the best is then inside the rates tried); a variant whose best loss
 sits at the unigram plateau never trains and is not extended.
 
-``next_rate`` decides one step for one variant. ``extend`` applies the rule to a learning-rate
-sweep (``python -m trainer sweep SPEC --edge-rule``): a spec with ``train.lr`` in its grid, or
+``next_rate`` decides one step for one variant; ``steps`` applies the rule to a learning-rate
+sweep (``python -m trainer sweep SPEC --edge-rule``, which runs them: ``trainer.sweep``): a spec with ``train.lr`` in its grid, or
 one whose ``best_lr:`` gives each variant several rates (``factors``, as the replication
 settings' ``lr`` sub-sweeps do). After the spec's runs, each of its variants (its runs but the
 rate) gets its steps at the seeds it ran, into the sweep's directory and named as the spec names
@@ -133,29 +133,3 @@ def steps(spec, variants, root: Path) -> list[Step]:
             out.append(Step(label, variant.edge, variant.best_lr, rate,
                             tuple(_at_rate(v, rate, plain) for v in seeds.values())))
     return out
-
-
-def extend(spec_path: str, root: Path, parallel: int = 1, extra=(), **run_options
-           ) -> tuple[list[Step], list[str]]:
-    """Apply the edge rule to the learning-rate sweep ``spec_path`` whose runs are under
-    ``root``: run each step's runs (``sweep.run_variants``), until no variant asks for one.
-    Returns the steps taken, in order, and the runs that failed (it stops at the first step
-    with one: the rule would ask for that rate again)."""
-    from trainer.config import load_config
-    from trainer.sweep import load_spec, resolve_variants, run_variants
-
-    spec, base = load_spec(spec_path)
-    check(spec, spec_path)
-    variants = resolve_variants(spec, Path(spec_path), base, extra)[0]
-    taken: list[Step] = []
-    while todo := steps(spec, variants, root):
-        runs = [v for step in todo for v in step.runs]
-        for step in todo:
-            print(step.describe(), flush=True)
-        configs = [load_config(v.base or base, [*v.overrides, *extra]) for v in runs]
-        ended = run_variants(root, spec.name or Path(spec_path).stem, base, runs, configs,
-                             parallel, extra, **run_options)
-        taken += todo
-        if ended["failed"]:
-            return taken, ended["failed"]
-    return taken, []

@@ -202,15 +202,33 @@ def run_sweep(spec_path: str, out_dir: str | None = None, parallel: int = 1,
     ended = run_variants(root, name, base, variants, configs, parallel, extra, launcher, wait,
                          wait_limit_s, reuse, spec.launcher_params)
     if edge_rule and not ended["failed"]:
-        ended["failed"] = rule.extend(spec_path, root, parallel, extra, launcher=launcher,
-                                      wait=wait, wait_limit_s=wait_limit_s, reuse=reuse,
-                                      launcher_params=spec.launcher_params)[1]
+        ended["failed"] = _edge_steps(spec, base, root, name, variants, parallel, extra,
+                                      launcher=launcher, wait=wait, wait_limit_s=wait_limit_s,
+                                      reuse=reuse, launcher_params=spec.launcher_params)
     with writing("sweep tables", root):
         summarize(root)
     if ended["failed"]:
         raise SweepFailed(f"{len(ended['failed'])} variant(s) failed: "
                            f"{', '.join(ended['failed'])}")
     return root
+
+
+def _edge_steps(spec: SweepSpec, base: Path, root: Path, name: str, variants: list[Variant],
+                parallel: int, extra=(), **run_options) -> list[str]:
+    """``--edge-rule``: run the edge rule's steps (:func:`trainer.edge_rule.steps`, each
+    printed with its reason) until no variant of the sweep asks for one. Returns the runs that
+    failed (it stops at the first step with one: the rule would ask for that rate again)."""
+    from trainer.edge_rule import steps
+
+    while todo := steps(spec, variants, root):
+        for step in todo:
+            print(step.describe(), flush=True)
+        runs = [v for step in todo for v in step.runs]
+        configs = [load_config(v.base or base, [*v.overrides, *extra]) for v in runs]
+        ended = run_variants(root, name, base, runs, configs, parallel, extra, **run_options)
+        if ended["failed"]:
+            return ended["failed"]
+    return []
 
 
 def run_variants(root: Path, name: str, base: Path, variants: list[Variant], configs: list,
