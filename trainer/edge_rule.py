@@ -8,9 +8,9 @@ plateau closes that edge (the best is then inside the rates tried); a variant wh
 sits at the unigram plateau never trains and is not extended.
 
 ``next_rate`` decides one step for one variant; ``steps`` applies the rule to a learning-rate
-sweep (``python -m trainer sweep SPEC --edge-rule``, which runs them: ``trainer.sweep``): a spec with ``train.lr`` in its grid, or
-one whose ``best_lr:`` gives each variant several rates (``factors``, as the replication
-settings' ``lr`` sub-sweeps do). After the spec's runs, each of its variants (its runs but the
+sweep (``python -m trainer sweep SPEC --edge-rule`` runs them: ``trainer.sweep``): a spec with
+``train.lr`` in its grid, or one whose ``best_lr:`` gives each variant several rates
+(``factors``, as the replication settings' ``lr`` sub-sweeps do). After the spec's runs, each of its variants (its runs but the
 rate) gets its steps at the seeds it ran, into the sweep's directory and named as the spec names
 its runs (``...,lr=0.0316``, ``,seed=N``): a second call finds them, resumes an unfinished one
 and asks for no step twice. A run another spec wrote into the same directory is never read as
@@ -104,11 +104,12 @@ def _groups(variants) -> dict[str, list]:
     return groups
 
 
-def _runs_of(group: list, root: Path, plain: bool) -> list[Run]:
+def _runs_of(group: list, root: Path) -> list[Run]:
     """The finished runs under ``root`` that the group's names give, at its rates and at
     every rate an earlier step added (found by name)."""
-    patterns = [re.compile(re.escape(_at_rate(v, 1.0, plain).name).replace(
-        re.escape("lr=1.0" if plain else "lr=1"), "lr=[0-9.eE+-]+")) for v in group]
+    patterns = [re.compile(re.escape(v.name[:m.start(1)]) + "[0-9.eE+-]+"
+                           + re.escape(v.name[m.end(1):]))
+                for v in group if (m := _LR.search(v.name))]
     names = {v.name for v in group}
     if root.is_dir():
         names |= {p.name for p in root.iterdir()
@@ -125,7 +126,7 @@ def steps(spec, variants, root: Path) -> list[Step]:
     plain = spec.best_lr is None
     out = []
     for label, group in _groups(variants).items():
-        runs = _runs_of(group, root, plain)
+        runs = _runs_of(group, root)
         variant = lr_variants(runs, baselines)[0] if runs else None
         rate = next_rate(variant, baselines, sorted({_rate_of(v) for v in group}))
         if rate is not None:
